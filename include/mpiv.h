@@ -1,0 +1,235 @@
+/*
+ * mpiv.h — the whole public API of MPIv.
+ *
+ * MPIv is a messaging runtime for C programs that run very many user-level
+ * threads (ULTs) per process and communicate from all of them at once.
+ *
+ * A program calls mpiv_init() once, from its main thread. That starts the
+ * worker pthreads (which run ULTs) and the communication server thread of
+ * this process, and joins the job (mpiv_run, PMIx, or a single rank). From
+ * then on, ULTs spawned with mpiv_ult_spawn() and plain pthreads (including
+ * main) may all send and receive; a ULT that blocks switches to its worker's
+ * scheduler, a plain pthread blocks without one.
+ *
+ * Conventions:
+ *  - Every function that can fail returns an int error code: MPIV_SUCCESS (0)
+ *    or one of enum mpiv_error. mpiv_strerror() names it, mpiv_error_detail()
+ *    says what exactly went wrong in the calling thread's last failed call.
+ *  - Handles are opaque. Sync objects (counter, mutex, barrier) are
+ *    caller-allocated structs of fixed size, so they may live on a ULT stack.
+ *  - Messages are matched by (source rank, tag) only: there are no wildcards.
+ *    Messages with the same source and tag are received in the order sent.
+ */
+#ifndef MPIV_H
+#define MPIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MPIV_VERSION_MAJOR 0
+#define MPIV_VERSION_MINOR 1
+#define MPIV_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+enum mpiv_error {
+    MPIV_SUCCESS = 0,
+    MPIV_ERR_NOT_IMPLEMENTED, /* this function is not implemented yet        */
+    MPIV_ERR_ARG,             /* an argument is invalid (NULL, negative, …)  */
+    MPIV_ERR_RANK,            /* a rank is outside [0, size)                 */
+    MPIV_ERR_TAG,             /* a tag is outside [0, MPIV_TAG_MAX]          */
+    MPIV_ERR_TRUNCATE,        /* the message is larger than the buffer       */
+    MPIV_ERR_NO_RESOURCES,    /* out of memory, ULT slots, packets, …        */
+    MPIV_ERR_CONFIG,          /* an MPIV_* environment variable is invalid   */
+    MPIV_ERR_STATE,           /* called before mpiv_init / after finalize,
+                                 twice, or from a context that cannot call it */
+    MPIV_ERR_NET,             /* the network backend failed                  */
+    MPIV_ERR_PEER,            /* the peer rank of the operation is gone      */
+    MPIV_ERR_BOOTSTRAP,       /* joining the job failed                      */
+    MPIV_ERR_DEADLOCK,        /* the call would wait forever (e.g. a ULT
+                                 joining itself, relocking its own mutex)    */
+    MPIV_ERR_INTERNAL,        /* a bug in MPIv: please report it             */
+    MPIV_ERR_LAST_            /* number of codes; not an error               */
+};
+
+/* A static, human-readable name for an error code ("invalid rank", …).
+ * Unknown codes give "unknown error code". Never NULL. */
+const char *mpiv_strerror(int err);
+
+/* What exactly went wrong in the calling thread's most recent failed MPIv
+ * call (e.g. "MPIV_WORKERS=abc: expected an integer from 1 to 4096"), or ""
+ * if there is nothing more to say. The string stays valid until the next
+ * MPIv call in the same thread. */
+const char *mpiv_error_detail(void);
+
+/* ------------------------------------------------------------------------ */
+/* Life cycle                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Reads the MPIV_* environment (see README), starts workers and the server,
+ * and joins the job. argc/argv may be NULL. Call once, from main's thread.
+ * Fails with MPIV_ERR_CONFIG (and a detail naming the variable) on a bad
+ * variable, MPIV_ERR_STATE if already initialised. */
+int mpiv_init(int *argc, char ***argv);
+
+/* Waits for all ranks (a barrier), stops workers and the server and releases
+ * everything. ULTs still running are an error (MPIV_ERR_STATE): join them
+ * first. Call from the thread that called mpiv_init. */
+int mpiv_finalize(void);
+
+/* 1 between mpiv_init and mpiv_finalize, else 0. */
+int mpiv_initialized(void);
+
+/* This process's rank in the job, in [0, size); -1 before mpiv_init. */
+int mpiv_rank(void);
+
+/* Number of ranks in the job; 0 before mpiv_init. */
+int mpiv_size(void);
+
+/* Seconds since an arbitrary fixed point, from a monotonic clock. */
+double mpiv_wtime(void);
+
+/* ------------------------------------------------------------------------ */
+/* User-level threads                                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct mpiv_ult *mpiv_ult_t;
+typedef void *(*mpiv_ult_fn)(void *arg);
+
+/* Pass as `worker` to mpiv_ult_spawn: the caller's worker when called from a
+ * ULT, otherwise the workers in turn (round robin). */
+#define MPIV_WORKER_ANY (-1)
+
+/* Number of worker pthreads of this process (MPIV_WORKERS). */
+int mpiv_num_workers(void);
+
+/* The calling ULT's worker in [0, mpiv_num_workers()), or -1 when the caller
+ * is not a ULT. */
+int mpiv_worker_id(void);
+
+/* Creates a ULT running fn(arg) on `worker` (or MPIV_WORKER_ANY) and stores
+ * its handle in *ult. Every ULT must be joined exactly once. Callable from a
+ * ULT or any pthread. MPIV_ERR_NO_RESOURCES past the worker's capacity
+ * (MPIV_MAX_ULTS) or when stacks cannot be mapped. */
+int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult);
+
+/* Waits for `ult` to return and stores its return value in *retval (retval
+ * may be NULL), then releases the ULT. Callable from a ULT or any pthread;
+ * joining oneself is MPIV_ERR_DEADLOCK. */
+int mpiv_ult_join(mpiv_ult_t ult, void **retval);
+
+/* Lets the other runnable ULTs of this worker run. From a plain pthread it
+ * calls sched_yield(). */
+int mpiv_ult_yield(void);
+
+/* The calling ULT, or NULL from a plain pthread. */
+mpiv_ult_t mpiv_ult_self(void);
+
+/* ULT synchronisation objects. They work between ULTs on any workers and
+ * plain pthreads alike; a waiting ULT gives its worker to the others. The
+ * storage is the caller's; its content is private to MPIv. */
+typedef struct mpiv_counter { _Alignas(64) unsigned char opaque_[64]; } mpiv_counter_t;
+typedef struct mpiv_mutex   { _Alignas(64) unsigned char opaque_[64]; } mpiv_mutex_t;
+typedef struct mpiv_barrier { _Alignas(64) unsigned char opaque_[64]; } mpiv_barrier_t;
+
+/* A counter is a latch: waiters wait until its value is zero.
+ * mpiv_counter_add changes the value by delta (negative to count down);
+ * the value must never go below zero (MPIV_ERR_ARG, unchanged). */
+int mpiv_counter_init(mpiv_counter_t *c, int64_t value);
+int mpiv_counter_add(mpiv_counter_t *c, int64_t delta);
+int64_t mpiv_counter_get(mpiv_counter_t *c);
+int mpiv_counter_wait(mpiv_counter_t *c);
+int mpiv_counter_destroy(mpiv_counter_t *c);
+
+/* A mutex whose waiters are ULTs or pthreads, served first come first
+ * served. Unlocking a mutex the caller does not hold is MPIV_ERR_STATE. */
+int mpiv_mutex_init(mpiv_mutex_t *m);
+int mpiv_mutex_lock(mpiv_mutex_t *m);
+/* Takes the mutex if it is free: *acquired is set to 1 if taken, else 0. */
+int mpiv_mutex_trylock(mpiv_mutex_t *m, int *acquired);
+int mpiv_mutex_unlock(mpiv_mutex_t *m);
+int mpiv_mutex_destroy(mpiv_mutex_t *m);
+
+/* A barrier for `count` ULTs or threads of this process; reusable. */
+int mpiv_barrier_init(mpiv_barrier_t *b, int count);
+int mpiv_barrier_wait(mpiv_barrier_t *b);
+int mpiv_barrier_destroy(mpiv_barrier_t *b);
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* Tags are in [0, MPIV_TAG_MAX]; ranks in [0, MPIV_RANK_MAX]. Both limits
+ * come from the 64-bit matching key: 8 bits of context, 24 of rank, 32 of
+ * tag (the top tag bit is reserved). */
+#define MPIV_TAG_MAX  0x7fffffff
+#define MPIV_RANK_MAX 0x00ffffff
+
+typedef struct mpiv_status {
+    int source;   /* the sender's rank                              */
+    int tag;      /* the message's tag                              */
+    size_t size;  /* the message's real size in bytes               */
+    int error;    /* MPIV_SUCCESS or why this operation failed      */
+} mpiv_status_t;
+
+typedef struct mpiv_request *mpiv_request_t;
+#define MPIV_REQUEST_NULL ((mpiv_request_t)0)
+
+/* Blocking send of `size` bytes to rank `dest` with `tag`. Returns when buf
+ * may be reused. Errors before anything is sent: MPIV_ERR_RANK, MPIV_ERR_TAG,
+ * MPIV_ERR_ARG (buf NULL with size > 0). MPIV_ERR_PEER if dest is gone. */
+int mpiv_send(const void *buf, size_t size, int dest, int tag);
+
+/* Blocking receive of the next message from `source` with `tag` into buf of
+ * `size` bytes. A smaller message is fine (status->size tells its size); a
+ * larger one fails with MPIV_ERR_TRUNCATE and nothing is written past
+ * buf + size. status may be NULL. */
+int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status);
+
+/* Non-blocking variants: start the operation and return a request to
+ * complete with mpiv_wait, mpiv_waitall or mpiv_test. The buffer belongs to
+ * MPIv until then. */
+int mpiv_isend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req);
+int mpiv_irecv(void *buf, size_t size, int source, int tag, mpiv_request_t *req);
+
+/* Waits for *req, fills status (may be NULL), frees the request and sets
+ * *req to MPIV_REQUEST_NULL. Waiting on MPIV_REQUEST_NULL returns at once.
+ * Returns the operation's error (also in status->error). */
+int mpiv_wait(mpiv_request_t *req, mpiv_status_t *status);
+
+/* Waits for all n requests; statuses may be NULL. Returns MPIV_SUCCESS or
+ * the first error met (each status holds its own). */
+int mpiv_waitall(int n, mpiv_request_t reqs[], mpiv_status_t statuses[]);
+
+/* Sets *flag to 1 and completes the request as mpiv_wait would if it is done,
+ * else sets *flag to 0 and leaves it pending. */
+int mpiv_test(mpiv_request_t *req, int *flag, mpiv_status_t *status);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives (over all ranks; one caller per rank at a time)              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum mpiv_datatype { MPIV_INT64 = 1, MPIV_DOUBLE = 2 } mpiv_datatype_t;
+typedef enum mpiv_op { MPIV_SUM = 1, MPIV_MIN = 2, MPIV_MAX = 3 } mpiv_op_t;
+
+/* Returns once every rank has entered the barrier. */
+int mpiv_barrier(void);
+
+/* Copies `size` bytes at buf on `root` into buf on every rank. */
+int mpiv_bcast(void *buf, size_t size, int root);
+
+/* Combines `count` elements of sendbuf from every rank with op and stores
+ * the result in recvbuf on every rank. sendbuf may equal recvbuf. */
+int mpiv_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                   mpiv_datatype_t type, mpiv_op_t op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MPIV_H */

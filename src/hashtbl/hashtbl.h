@@ -1,0 +1,53 @@
+/*
+ * hashtbl.h — the matching table shared by worker ULTs and the server (see
+ * DESIGN.md, "Matching table").
+ *
+ * Key (64 bits): | context:8 | source rank:24 | tag:32 |. Contexts keep
+ * internal traffic (collectives) from ever matching user tags. User tags
+ * are 0..MPIV_TAG_MAX (31 bits), ranks 0..MPIV_RANK_MAX (24 bits).
+ *
+ * Value: a tagged pointer. Bit 0 says what it points to: HT_KIND_REQ, a
+ * posted receive request; HT_KIND_PKT, an arrived packet (or any object the
+ * arriving side stands for). Pointers must be at least 2-byte aligned.
+ *
+ * ht_match_or_insert(t, k, v) is the only operation the protocols need: if
+ * values of the other kind wait under k, the oldest is removed and returned
+ * (a match); otherwise v is queued under k behind any values of its own kind
+ * and HT_EMPTY is returned. Equal keys are therefore first-in, first-out on
+ * both sides, which keeps MPI's non-overtaking rule.
+ */
+#ifndef MPIV_HASHTBL_H
+#define MPIV_HASHTBL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+enum ht_ctx { HT_CTX_USER = 0, HT_CTX_COLL = 1, HT_CTX_RTR = 2 };
+
+typedef uint64_t ht_key;
+typedef uintptr_t ht_value;
+
+#define HT_EMPTY ((ht_value)0)
+#define HT_KIND_REQ ((uintptr_t)0)
+#define HT_KIND_PKT ((uintptr_t)1)
+
+static inline ht_key ht_make_key(unsigned ctx, uint32_t rank, uint32_t tag)
+{
+    return ((uint64_t)(ctx & 0xffu) << 56) | ((uint64_t)(rank & 0xffffffu) << 32) | tag;
+}
+
+static inline ht_value ht_val(void *p, uintptr_t kind) { return (uintptr_t)p | kind; }
+static inline uintptr_t ht_kind(ht_value v) { return v & 1u; }
+static inline void *ht_ptr(ht_value v) { return (void *)(v & ~(uintptr_t)1); }
+
+struct ht_table;
+
+/* nbuckets: a power of two (0 = 1024). MPIV_ERR_NO_RESOURCES on no memory. */
+int ht_create(struct ht_table **t, size_t nbuckets);
+void ht_destroy(struct ht_table *t);
+
+ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
+
+#endif

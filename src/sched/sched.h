@@ -1,0 +1,58 @@
+/*
+ * sched.h — the ULT scheduler's internal interface (see DESIGN.md,
+ * "Scheduler"). The public ULT calls (mpiv_ult_*, mpiv_counter_*,
+ * mpiv_mutex_*, mpiv_barrier_init/wait/destroy) are implemented in this
+ * folder on top of it.
+ *
+ * The one primitive the layers above rely on is the sync object: a waiter
+ * calls sched_wait(s) and returns once someone called sched_signal(s). A
+ * signal that comes before the wait is remembered (not lost) and consumed by
+ * the next wait (not counted twice). One waiter per sync object at a time.
+ * The waiter may be a ULT (it switches to its worker's scheduler) or a plain
+ * pthread (it spins briefly, then sleeps in the kernel). The signaller may be
+ * any pthread: the server, a worker, a plain thread.
+ *
+ * After sched_signal(s) the waiter may return and free s at once: signal
+ * touches s's memory only before the store that can release the waiter.
+ */
+#ifndef MPIV_SCHED_H
+#define MPIV_SCHED_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+typedef struct sched_sync {
+    /* 0: nothing; 1: signalled before any wait; otherwise the waiter's
+     * encoded identity (the sched folder owns the encoding). */
+    _Atomic uintptr_t state;
+} sched_sync;
+
+#define SCHED_SYNC_INIT {0}
+
+static inline void sched_sync_init(sched_sync *s) { atomic_init(&s->state, 0); }
+
+/* Starts cfg->workers worker pthreads, pinned per cfg->bind. */
+int sched_init(const struct util_config *cfg);
+/* Stops the workers. MPIV_ERR_STATE if ULTs are still alive. */
+int sched_finalize(void);
+
+int sched_num_workers(void);
+/* The calling thread's worker index, or -1 for a thread that is not running
+ * a ULT (main, the server, any other pthread). */
+int sched_worker_id(void);
+bool sched_in_ult(void);
+
+void sched_wait(sched_sync *s);
+void sched_signal(sched_sync *s);
+/* From a ULT: let the worker's other runnable ULTs run. From a pthread:
+ * sched_yield(). */
+void sched_yield_now(void);
+
+/* Cores used by this process's workers, in order (for the server to avoid
+ * them); sets *n. Valid after sched_init. */
+const int *sched_worker_cores(int *n);
+
+#endif

@@ -1,0 +1,274 @@
+/*
+ * config.c — every MPIV_* environment variable, in one table.
+ *
+ * Each entry names the variable, its kind (integer, size with K/M/G suffix,
+ * one of a set of words, free string), its range or words, its default and
+ * what it is for. util_config_load parses them all and stops at the first
+ * bad one with a message naming it and what it accepts; util_config_help
+ * prints the table for --help. The README's table is written from this.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+enum cfg_kind { CFG_INT, CFG_SIZE, CFG_WORDS, CFG_STRING };
+
+struct cfg_var {
+    const char *name;
+    enum cfg_kind kind;
+    size_t offset; /* into struct util_config */
+    int64_t min, max, dflt;
+    const char *words; /* CFG_WORDS: "a|b|c", value = index */
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct util_config, f)
+
+static const struct cfg_var cfg_vars[] = {
+    {"MPIV_WORKERS", CFG_INT, OFF(workers), 0, 4096, 0, NULL,
+     "worker pthreads per process; 0 = cores per local rank minus one for the server (at least 1)"},
+    {"MPIV_BIND", CFG_WORDS, OFF(bind), 0, 1, UTIL_BIND_CORE, "core|none",
+     "pin workers and the server to cores (local ranks get disjoint cores while there are enough)"},
+    {"MPIV_STACK_SIZE", CFG_SIZE, OFF(stack_size), 16 << 10, 1 << 30, 64 << 10, NULL,
+     "virtual size of each ULT stack, committed lazily; a guard page below it catches overflow"},
+    {"MPIV_MAX_ULTS", CFG_INT, OFF(max_ults), 64, 1 << 24, 1 << 20, NULL,
+     "ULTs that may exist at once on one worker"},
+    {"MPIV_LOG", CFG_WORDS, OFF(log_level), 0, 4, UTIL_LOG_WARN, "none|error|warn|info|debug",
+     "what MPIv prints on stderr"},
+    {"MPIV_PACKET_SIZE", CFG_SIZE, OFF(packet_size), 256, 1 << 20, 8 << 10, NULL,
+     "bytes of a network packet (header + eager payload)"},
+    {"MPIV_PACKETS", CFG_INT, OFF(packets), 4, 1 << 22, 1024, NULL,
+     "packets in this process's pool (registered with the network once)"},
+    {"MPIV_RECV_DEPTH", CFG_INT, OFF(recv_depth), 1, 1 << 16, 64, NULL,
+     "receive packets the server keeps posted; must be below MPIV_PACKETS"},
+    {"MPIV_EAGER_LIMIT", CFG_SIZE, OFF(eager_limit), 0, 1 << 20, 0, NULL,
+     "largest message sent eagerly; 0 = as much as a packet holds"},
+    {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 26, 0, NULL,
+     "matching-table buckets, a power of two; 0 = sized from MPIV_PACKETS"},
+    {"MPIV_NET", CFG_WORDS, OFF(net), 0, 2, UTIL_NET_AUTO, "auto|ofi|ibv",
+     "network backend; auto = ibv where a verbs device exists, else ofi"},
+    {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
+     "core the server thread is pinned to; -1 = the last core of this rank's share"},
+    {"MPIV_IBV_GID_INDEX", CFG_INT, OFF(ibv_gid_index), -1, 255, -1, NULL,
+     "verbs GID index; -1 = the RoCE v2 IPv4 GID, or 0 on InfiniBand"},
+    {"MPIV_OFI_PROVIDER", CFG_STRING, OFF(ofi_provider), 0, 0, 0, NULL,
+     "libfabric provider, e.g. shm or tcp;ofi_rxm; empty = shm on one host, tcp;ofi_rxm across hosts"},
+    {"MPIV_IBV_DEVICE", CFG_STRING, OFF(ibv_device), 0, 0, 0, NULL,
+     "verbs device name (see ibv_devinfo); empty = the first one"},
+};
+
+#define NVARS (sizeof cfg_vars / sizeof cfg_vars[0])
+
+int util_parse_size(const char *s, int64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-' || *s == '+')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (shift && (*end == 'i' || *end == 'I'))
+        end++; /* accept KiB-style "Ki" */
+    if (shift && (*end == 'b' || *end == 'B'))
+        end++;
+    if (*end != '\0')
+        return -1;
+    if (v > ((unsigned long long)INT64_MAX >> shift))
+        return -1;
+    *out = (int64_t)(v << shift);
+    return 0;
+}
+
+static int parse_int(const char *s, int64_t *out)
+{
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_words(const char *s, const char *words, int64_t *out)
+{
+    int64_t idx = 0;
+    size_t len = strlen(s);
+    for (const char *w = words; *w; idx++) {
+        const char *bar = strchr(w, '|');
+        size_t wl = bar ? (size_t)(bar - w) : strlen(w);
+        if (wl == len && strncasecmp(w, s, len) == 0) {
+            *out = idx;
+            return 0;
+        }
+        if (!bar)
+            break;
+        w = bar + 1;
+    }
+    return -1;
+}
+
+static int bad_var(const struct cfg_var *v, const char *val)
+{
+    switch (v->kind) {
+    case CFG_INT:
+        return util_err(MPIV_ERR_CONFIG, "%s=%s: expected an integer from %lld to %lld",
+                        v->name, val, (long long)v->min, (long long)v->max);
+    case CFG_SIZE:
+        return util_err(MPIV_ERR_CONFIG,
+                        "%s=%s: expected a size from %lld to %lld bytes (suffixes K, M, G)",
+                        v->name, val, (long long)v->min, (long long)v->max);
+    case CFG_WORDS:
+        return util_err(MPIV_ERR_CONFIG, "%s=%s: expected one of %s", v->name, val, v->words);
+    case CFG_STRING:
+        return util_err(MPIV_ERR_CONFIG, "%s=%s: too long (at most 63 characters)", v->name, val);
+    }
+    return MPIV_ERR_INTERNAL;
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    int64_t v;
+    if (s && parse_int(s, &v) == 0 && v >= 0 && v < INT_MAX)
+        return (int)v;
+    return dflt;
+}
+
+/* How many ranks of this job share the host, from whichever launcher
+ * started us: mpiv_run, Open MPI, Slurm, MPICH's hydra. */
+static void find_local_ranks(struct util_config *c)
+{
+    c->local_ranks = env_int("MPIV_LOCAL_SIZE", 0);
+    c->local_rank = env_int("MPIV_LOCAL_RANK", -1);
+    if (c->local_ranks <= 0) {
+        c->local_ranks = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 0);
+        c->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+    }
+    if (c->local_ranks <= 0) {
+        c->local_ranks = env_int("MPI_LOCALNRANKS", 0);
+        c->local_rank = env_int("MPI_LOCALRANKID", -1);
+    }
+    if (c->local_ranks <= 0) {
+        /* SLURM_TASKS_PER_NODE may be "2(x3),1": the leading count is ours
+         * on all but odd layouts; good enough for sizing defaults. */
+        c->local_ranks = env_int("SLURM_NTASKS_PER_NODE", 0);
+        c->local_rank = env_int("SLURM_LOCALID", -1);
+    }
+    if (c->local_ranks <= 0)
+        c->local_ranks = 1;
+    if (c->local_rank < 0 || c->local_rank >= c->local_ranks)
+        c->local_rank = 0;
+}
+
+int util_config_load(struct util_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NVARS; i++) {
+        const struct cfg_var *v = &cfg_vars[i];
+        const char *s = getenv(v->name);
+        if (v->kind == CFG_STRING) {
+            char *dst = (char *)c + v->offset;
+            if (s) {
+                if (strlen(s) >= 64)
+                    return bad_var(v, s);
+                strcpy(dst, s);
+            }
+            continue;
+        }
+        int64_t *dst = (int64_t *)((char *)c + v->offset);
+        *dst = v->dflt;
+        if (!s || !*s)
+            continue;
+        int64_t val;
+        int rc = v->kind == CFG_INT    ? parse_int(s, &val)
+                 : v->kind == CFG_SIZE ? util_parse_size(s, &val)
+                                       : parse_words(s, v->words, &val);
+        if (rc != 0 || val < v->min || val > v->max)
+            return bad_var(v, s);
+        *dst = val;
+    }
+
+    /* rules that tie variables together */
+    if (c->recv_depth >= c->packets)
+        return util_err(MPIV_ERR_CONFIG,
+                        "MPIV_RECV_DEPTH=%lld must be below MPIV_PACKETS=%lld",
+                        (long long)c->recv_depth, (long long)c->packets);
+    if (c->ht_buckets && (c->ht_buckets & (c->ht_buckets - 1)))
+        return util_err(MPIV_ERR_CONFIG, "MPIV_HT_BUCKETS=%lld: expected a power of two",
+                        (long long)c->ht_buckets);
+    if (c->eager_limit > c->packet_size)
+        return util_err(MPIV_ERR_CONFIG,
+                        "MPIV_EAGER_LIMIT=%lld cannot exceed MPIV_PACKET_SIZE=%lld",
+                        (long long)c->eager_limit, (long long)c->packet_size);
+
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->ncores = n > 0 ? (int)n : 1;
+    find_local_ranks(c);
+    if (c->workers == 0) {
+        int share = c->ncores / c->local_ranks;
+        c->workers = share > 2 ? share - 1 : 1;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0)
+        c->stack_size = (c->stack_size + page - 1) / page * page;
+    util_log_level = (int)c->log_level;
+    return MPIV_SUCCESS;
+}
+
+void util_config_help(void *file)
+{
+    FILE *f = file;
+    fprintf(f, "Environment variables read by every MPIv process:\n");
+    for (size_t i = 0; i < NVARS; i++) {
+        const struct cfg_var *v = &cfg_vars[i];
+        fprintf(f, "  %-20s ", v->name);
+        switch (v->kind) {
+        case CFG_INT:
+            fprintf(f, "integer %lld..%lld, default %lld\n", (long long)v->min,
+                    (long long)v->max, (long long)v->dflt);
+            break;
+        case CFG_SIZE:
+            fprintf(f, "size %lld..%lld bytes (K/M/G), default %lld\n", (long long)v->min,
+                    (long long)v->max, (long long)v->dflt);
+            break;
+        case CFG_WORDS: {
+            char d[32] = "";
+            const char *w = v->words;
+            for (int64_t k = 0; k < v->dflt && w; k++) {
+                w = strchr(w, '|');
+                if (w)
+                    w++;
+            }
+            if (w) {
+                size_t l = strcspn(w, "|");
+                snprintf(d, sizeof d, "%.*s", (int)l, w);
+            }
+            fprintf(f, "%s, default %s\n", v->words, d);
+            break;
+        }
+        case CFG_STRING:
+            fprintf(f, "string, default empty\n");
+            break;
+        }
+        fprintf(f, "  %-20s   %s\n", "", v->help);
+    }
+}

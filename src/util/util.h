@@ -1,0 +1,112 @@
+/*
+ * util.h — the small shared pieces every folder may use: error reporting,
+ * configuration, logging, time. Nothing here knows about ULTs or networks.
+ *
+ * Errors: a failing internal function returns an enum mpiv_error code and,
+ * where there is more to say, records a per-thread detail string with
+ * util_err(). The public API returns the code; mpiv_error_detail() shows the
+ * detail.
+ */
+#ifndef MPIV_UTIL_H
+#define MPIV_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpiv.h"
+
+#define UTIL_CACHELINE 64
+
+#if defined(__GNUC__)
+#define util_likely(x) __builtin_expect(!!(x), 1)
+#define util_unlikely(x) __builtin_expect(!!(x), 0)
+#define UTIL_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define util_likely(x) (x)
+#define util_unlikely(x) (x)
+#define UTIL_PRINTF(f, a)
+#endif
+
+/* --- errors -------------------------------------------------------------- */
+
+/* Records a detail message for the calling thread and returns `code`, so
+ * that a failing path reads `return util_err(MPIV_ERR_ARG, "...", ...);`. */
+int util_err(int code, const char *fmt, ...) UTIL_PRINTF(2, 3);
+/* Forgets the calling thread's detail (called on entry of public calls that
+ * succeed, so an old detail is not shown for a new error). */
+void util_err_clear(void);
+
+/* --- logging ------------------------------------------------------------- */
+
+enum util_log_level {
+    UTIL_LOG_NONE = 0,
+    UTIL_LOG_ERROR,
+    UTIL_LOG_WARN,
+    UTIL_LOG_INFO,
+    UTIL_LOG_DEBUG,
+};
+extern int util_log_level; /* set from MPIV_LOG by util_config_load */
+
+void util_log_write(int level, const char *file, int line, const char *fmt, ...)
+    UTIL_PRINTF(4, 5);
+#define UTIL_LOG(level, ...)                                                    \
+    do {                                                                        \
+        if (util_unlikely((level) <= util_log_level))                          \
+            util_log_write((level), __FILE__, __LINE__, __VA_ARGS__);          \
+    } while (0)
+#define util_log_error(...) UTIL_LOG(UTIL_LOG_ERROR, __VA_ARGS__)
+#define util_log_warn(...) UTIL_LOG(UTIL_LOG_WARN, __VA_ARGS__)
+#define util_log_info(...) UTIL_LOG(UTIL_LOG_INFO, __VA_ARGS__)
+#define util_log_debug(...) UTIL_LOG(UTIL_LOG_DEBUG, __VA_ARGS__)
+
+/* The rank printed in log lines; -1 until known. */
+void util_log_set_rank(int rank);
+
+/* Prints "mpiv: fatal: <msg>" and aborts. Only for broken invariants. */
+_Noreturn void util_fatal(const char *fmt, ...) UTIL_PRINTF(1, 2);
+
+/* --- configuration ------------------------------------------------------- */
+
+enum util_bind { UTIL_BIND_CORE = 0, UTIL_BIND_NONE = 1 };
+enum util_net { UTIL_NET_AUTO = 0, UTIL_NET_OFI = 1, UTIL_NET_IBV = 2 };
+
+/* Every MPIV_* variable, parsed once by util_config_load. The table in
+ * config.c documents each (name, range, default); README lists them too. */
+struct util_config {
+    int64_t workers;        /* MPIV_WORKERS: worker pthreads                 */
+    int64_t bind;           /* MPIV_BIND: enum util_bind                     */
+    int64_t stack_size;     /* MPIV_STACK_SIZE: bytes per ULT stack          */
+    int64_t max_ults;       /* MPIV_MAX_ULTS: ULT slots per worker           */
+    int64_t log_level;      /* MPIV_LOG: enum util_log_level                 */
+    int64_t packet_size;    /* MPIV_PACKET_SIZE: bytes of a packet's data    */
+    int64_t packets;        /* MPIV_PACKETS: packets in this process's pool  */
+    int64_t recv_depth;     /* MPIV_RECV_DEPTH: receive packets kept posted  */
+    int64_t eager_limit;    /* MPIV_EAGER_LIMIT: largest eager message       */
+    int64_t ht_buckets;     /* MPIV_HT_BUCKETS: matching table buckets (2^k) */
+    int64_t net;            /* MPIV_NET: enum util_net                       */
+    int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */
+    int64_t ibv_gid_index;  /* MPIV_IBV_GID_INDEX: -1 = find RoCE v2 IPv4    */
+    char ofi_provider[64];  /* MPIV_OFI_PROVIDER: "" = choose                */
+    char ibv_device[64];    /* MPIV_IBV_DEVICE: "" = first device            */
+    /* facts about the machine and the launch, not variables: */
+    int ncores;             /* online cores                                  */
+    int local_ranks;        /* ranks of this job on this host (>= 1)         */
+    int local_rank;         /* this rank's index among them                  */
+};
+
+/* Fills *cfg from the environment. On a bad value returns MPIV_ERR_CONFIG
+ * with a detail naming the variable and what it accepts. Idempotent. */
+int util_config_load(struct util_config *cfg);
+
+/* Prints every variable with its accepted values and default (for --help). */
+void util_config_help(void *file /* FILE* */);
+
+/* Parses a size such as "64K", "8M", "1G" or "4096" into *out (bytes).
+ * Returns 0 on success, -1 on junk or overflow. */
+int util_parse_size(const char *s, int64_t *out);
+
+/* --- time ---------------------------------------------------------------- */
+uint64_t util_now_ns(void);
+
+#endif

@@ -1,0 +1,180 @@
+/* Unit tests for src/util: error names, configuration parsing, sizes. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+static const char *all_vars[] = {
+    "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
+    "MPIV_PACKET_SIZE", "MPIV_PACKETS", "MPIV_RECV_DEPTH", "MPIV_EAGER_LIMIT",
+    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
+    "MPIV_OFI_PROVIDER", "MPIV_IBV_DEVICE", "MPIV_LOCAL_SIZE", "MPIV_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+};
+
+static void clean_env(void)
+{
+    for (size_t i = 0; i < sizeof all_vars / sizeof *all_vars; i++)
+        unsetenv(all_vars[i]);
+}
+
+START_TEST(strerror_names_every_code)
+{
+    for (int e = 0; e < MPIV_ERR_LAST_; e++) {
+        const char *s = mpiv_strerror(e);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_str_ne(s, "unknown error code");
+    }
+    ck_assert_str_eq(mpiv_strerror(-1), "unknown error code");
+    ck_assert_str_eq(mpiv_strerror(MPIV_ERR_LAST_), "unknown error code");
+    ck_assert_str_eq(mpiv_strerror(MPIV_ERR_TRUNCATE),
+                     "message truncated: larger than the receive buffer");
+}
+END_TEST
+
+START_TEST(err_records_detail)
+{
+    util_err_clear();
+    ck_assert_str_eq(mpiv_error_detail(), "");
+    ck_assert_int_eq(util_err(MPIV_ERR_RANK, "rank %d of %d", 7, 2), MPIV_ERR_RANK);
+    ck_assert_str_eq(mpiv_error_detail(), "rank 7 of 2");
+}
+END_TEST
+
+START_TEST(defaults_work_on_a_laptop)
+{
+    clean_env();
+    struct util_config c;
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_ge(c.workers, 1);
+    ck_assert_int_eq(c.stack_size, 64 << 10);
+    ck_assert_int_eq(c.max_ults, 1 << 20);
+    ck_assert_int_eq(c.packet_size, 8192);
+    ck_assert_int_lt(c.recv_depth, c.packets);
+    ck_assert_int_eq(c.net, UTIL_NET_AUTO);
+    ck_assert_int_eq(c.local_ranks, 1);
+    ck_assert_str_eq(c.ofi_provider, "");
+}
+END_TEST
+
+struct bad_case {
+    const char *var, *val, *expect; /* expect: a substring of the detail */
+};
+static const struct bad_case bad_cases[] = {
+    {"MPIV_WORKERS", "abc", "MPIV_WORKERS=abc: expected an integer from 0 to 4096"},
+    {"MPIV_WORKERS", "-3", "MPIV_WORKERS=-3"},
+    {"MPIV_WORKERS", "5000", "from 0 to 4096"},
+    {"MPIV_WORKERS", "12x", "MPIV_WORKERS=12x"},
+    {"MPIV_BIND", "socket", "expected one of core|none"},
+    {"MPIV_STACK_SIZE", "1K", "expected a size from 16384"},
+    {"MPIV_STACK_SIZE", "64Q", "MPIV_STACK_SIZE=64Q"},
+    {"MPIV_LOG", "loud", "none|error|warn|info|debug"},
+    {"MPIV_NET", "tcp", "auto|ofi|ibv"},
+    {"MPIV_HT_BUCKETS", "1000", "power of two"},
+    {"MPIV_RECV_DEPTH", "4096", "must be below MPIV_PACKETS"},
+    {"MPIV_EAGER_LIMIT", "16K", "cannot exceed MPIV_PACKET_SIZE"},
+    {"MPIV_OFI_PROVIDER", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "too long"},
+};
+
+START_TEST(bad_values_name_the_variable)
+{
+    clean_env();
+    const struct bad_case *b = &bad_cases[_i];
+    setenv(b->var, b->val, 1);
+    struct util_config c;
+    util_err_clear();
+    ck_assert_int_eq(util_config_load(&c), MPIV_ERR_CONFIG);
+    ck_assert_msg(strstr(mpiv_error_detail(), b->expect) != NULL, "detail '%s' lacks '%s'",
+                  mpiv_error_detail(), b->expect);
+    unsetenv(b->var);
+}
+END_TEST
+
+START_TEST(good_values_are_taken)
+{
+    clean_env();
+    setenv("MPIV_WORKERS", "3", 1);
+    setenv("MPIV_BIND", "NONE", 1);
+    setenv("MPIV_STACK_SIZE", "1M", 1);
+    setenv("MPIV_LOG", "debug", 1);
+    setenv("MPIV_NET", "ibv", 1);
+    setenv("MPIV_HT_BUCKETS", "4096", 1);
+    setenv("MPIV_OFI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("MPIV_STACK_SIZE", "70000", 1); /* rounded up to pages */
+    struct util_config c;
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.workers, 3);
+    ck_assert_int_eq(c.bind, UTIL_BIND_NONE);
+    ck_assert_int_eq(c.stack_size % 4096, 0);
+    ck_assert_int_ge(c.stack_size, 70000);
+    ck_assert_int_eq(c.log_level, UTIL_LOG_DEBUG);
+    ck_assert_int_eq(c.net, UTIL_NET_IBV);
+    ck_assert_int_eq(c.ht_buckets, 4096);
+    ck_assert_str_eq(c.ofi_provider, "tcp;ofi_rxm");
+    clean_env();
+    util_log_level = UTIL_LOG_WARN;
+}
+END_TEST
+
+START_TEST(local_ranks_shrink_default_workers)
+{
+    clean_env();
+    setenv("MPIV_LOCAL_SIZE", "64", 1);
+    setenv("MPIV_LOCAL_RANK", "5", 1);
+    struct util_config c;
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.local_ranks, 64);
+    ck_assert_int_eq(c.local_rank, 5);
+    ck_assert_int_eq(c.workers, 1);
+    clean_env();
+}
+END_TEST
+
+START_TEST(sizes_parse)
+{
+    int64_t v;
+    ck_assert_int_eq(util_parse_size("4096", &v), 0);
+    ck_assert_int_eq(v, 4096);
+    ck_assert_int_eq(util_parse_size("64K", &v), 0);
+    ck_assert_int_eq(v, 65536);
+    ck_assert_int_eq(util_parse_size("8MiB", &v), 0);
+    ck_assert_int_eq(v, 8 << 20);
+    ck_assert_int_eq(util_parse_size("2g", &v), 0);
+    ck_assert_int_eq(v, 2LL << 30);
+    ck_assert_int_eq(util_parse_size("", &v), -1);
+    ck_assert_int_eq(util_parse_size("-1", &v), -1);
+    ck_assert_int_eq(util_parse_size("1T", &v), -1);
+    ck_assert_int_eq(util_parse_size("99999999999999999999", &v), -1);
+    ck_assert_int_eq(util_parse_size("9223372036854775807G", &v), -1);
+}
+END_TEST
+
+START_TEST(wtime_is_monotonic)
+{
+    double a = mpiv_wtime(), b = mpiv_wtime();
+    ck_assert(b >= a);
+    ck_assert(a > 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, strerror_names_every_code);
+    tcase_add_test(tc, err_records_detail);
+    tcase_add_test(tc, defaults_work_on_a_laptop);
+    tcase_add_loop_test(tc, bad_values_name_the_variable, 0,
+                        (int)(sizeof bad_cases / sizeof bad_cases[0]));
+    tcase_add_test(tc, good_values_are_taken);
+    tcase_add_test(tc, local_ranks_shrink_default_workers);
+    tcase_add_test(tc, sizes_parse);
+    tcase_add_test(tc, wtime_is_monotonic);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
