@@ -33,6 +33,9 @@ typedef void (*srv_done_fn)(void *ctx, int err);
 typedef struct srv_mr {
     uint64_t rkey;  /* what a peer needs to write into it                    */
     uint64_t raddr; /* the address a peer names for byte 0 of the region   */
+    uintptr_t base; /* local address of byte 0 of the region: a cached region
+                       may start before the buffer asked for, so a peer
+                       writes local address a at raddr + (a - base)         */
     void *desc;     /* backend descriptor for local use                      */
 } srv_mr;
 
