@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what is needed, then builds and runs every test:
+#   1. Release build with -Werror, all tests;
+#   2. AddressSanitizer + UBSan build, all tests (the VM stage only once);
+#   3. ThreadSanitizer build, the tests labelled "concurrency".
+# Usage: scripts/test.sh [--quick]   (--quick: stage 1 only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+jobs=$(nproc)
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+stage() { echo; echo "=== $* ==="; }
+
+stage "Release build (-Werror)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMPIV_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+[ $quick -eq 1 ] && exit 0
+
+stage "AddressSanitizer + UBSan build"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=address -DMPIV_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest --output-on-failure -j"$jobs" -LE rxe)
+
+stage "ThreadSanitizer build (concurrency tests)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=thread -DMPIV_BUILD_BENCH=OFF -DMPIV_BUILD_APPS=OFF >/dev/null
+cmake --build build-tsan -j"$jobs"
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+   ctest --output-on-failure -j"$jobs" -L concurrency)

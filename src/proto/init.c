@@ -1,0 +1,113 @@
+/*
+ * init.c — mpiv_init / mpiv_finalize: bring the parts up in dependency order
+ * (configuration, packet pool, server and bootstrap, matching table,
+ * scheduler) and down in reverse.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int mpiv_initialized(void) { return proto.initialized; }
+int mpiv_rank(void) { return proto.initialized ? proto.rank : -1; }
+int mpiv_size(void) { return proto.initialized ? proto.size : 0; }
+
+static size_t default_buckets(int64_t packets)
+{
+    /* about two buckets per packet: unexpected packets and posted receives
+     * together rarely exceed the pool, and a bucket holds three */
+    size_t n = 1024;
+    while (n < (size_t)packets * 2)
+        n <<= 1;
+    return n;
+}
+
+int mpiv_init(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    if (proto.initialized)
+        return util_err(MPIV_ERR_STATE, "mpiv_init: already initialised");
+    util_err_clear();
+    struct util_config *cfg = &proto.cfg;
+    int rc = util_config_load(cfg);
+    if (rc) {
+        util_log_error("%s", mpiv_error_detail());
+        return rc;
+    }
+    size_t payload = (size_t)cfg->packet_size - sizeof(struct proto_hdr);
+    proto.eager_limit = cfg->eager_limit ? (size_t)cfg->eager_limit : payload;
+    if (proto.eager_limit > payload)
+        proto.eager_limit = payload;
+    atomic_init(&proto.coll_seq, 0);
+
+    rc = pkt_pool_create(&proto.pool, (size_t)cfg->packets, (size_t)cfg->packet_size,
+                         (int)cfg->workers);
+    if (rc)
+        goto fail;
+    rc = ht_create(&proto.ht, cfg->ht_buckets ? (size_t)cfg->ht_buckets
+                                              : default_buckets(cfg->packets));
+    if (rc)
+        goto fail_pool;
+    rc = proto_rdv_init();
+    if (rc)
+        goto fail_ht;
+    rc = srv_init(cfg, proto.pool, &proto.rank, &proto.size);
+    if (rc)
+        goto fail_rdv;
+    util_log_set_rank(proto.rank);
+    srv_set_handler(PROTO_EAGER, proto_on_eager_or_rts);
+    srv_set_handler(PROTO_RTS, proto_on_eager_or_rts);
+    srv_set_handler(PROTO_RTR, proto_on_rtr);
+    srv_set_imm_handler(proto_on_imm);
+    rc = sched_init(cfg);
+    if (rc)
+        goto fail_srv;
+    rc = srv_start();
+    if (rc)
+        goto fail_sched;
+    proto.initialized = 1;
+    /* every rank is up before anybody sends: a message to a rank whose
+     * server has not posted receives yet would be lost on some providers */
+    rc = srv_boot_barrier_all();
+    if (rc) {
+        proto.initialized = 0;
+        goto fail_sched;
+    }
+    return MPIV_SUCCESS;
+
+fail_sched:
+    sched_finalize();
+fail_srv:
+    srv_finalize();
+fail_rdv:
+    proto_rdv_fini();
+fail_ht:
+    ht_destroy(proto.ht);
+fail_pool:
+    pkt_pool_destroy(proto.pool);
+fail:
+    util_log_error("mpiv_init failed: %s%s%s", mpiv_strerror(rc),
+                   *mpiv_error_detail() ? ": " : "", mpiv_error_detail());
+    proto.ht = NULL;
+    proto.pool = NULL;
+    return rc;
+}
+
+int mpiv_finalize(void)
+{
+    PROTO_CHECK_INIT();
+    /* nobody stops its server while a peer may still be sending to it */
+    int rc = mpiv_barrier();
+    int rc2 = sched_finalize();
+    if (rc2 == MPIV_ERR_STATE)
+        return rc2; /* ULTs still alive: the user must join them first */
+    proto.initialized = 0;
+    int rc3 = srv_finalize();
+    proto_rdv_fini();
+    ht_destroy(proto.ht);
+    pkt_pool_destroy(proto.pool);
+    proto.ht = NULL;
+    proto.pool = NULL;
+    return rc ? rc : rc2 ? rc2 : rc3;
+}
