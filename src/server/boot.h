@@ -8,6 +8,13 @@
  *  - PMIx: the job was started by Slurm's srun, Open MPI's mpirun or PRRTE
  *    (PMIX_RANK / PMIX_NAMESPACE in the environment);
  *  - singleton: a program started alone is rank 0 of 1.
+ *
+ * Every failure is MPIV_ERR_BOOTSTRAP with a detail (util_err) saying what
+ * and where; nothing waits forever: the mpiv_run method gives up after
+ * MPIV_BOOT_TIMEOUT seconds (default 60) per step, and fails at once when
+ * mpiv_run reports that another rank left the exchange. These calls are
+ * collective and not thread-safe: one thread of each rank calls them, all
+ * ranks in the same order.
  */
 #ifndef MPIV_SERVER_BOOT_H
 #define MPIV_SERVER_BOOT_H
@@ -16,12 +23,16 @@
 
 #include "util/util.h"
 
+/* Picks the method from the environment and joins the job. MPIV_ERR_STATE
+ * if already joined. */
 int srv_boot_init(int *rank, int *size);
-/* Every rank contributes len bytes; all[r*len ..] receives rank r's. */
+/* Every rank contributes len bytes (the same len everywhere, at most 1 MiB);
+ * all[r*len ..] receives rank r's. */
 int srv_boot_allgather(const void *mine, size_t len, void *all);
 int srv_boot_barrier(void);
+/* Leaves the job (tells mpiv_run this rank left on purpose). Idempotent. */
 void srv_boot_finalize(void);
-/* "mpiv_run", "pmix" or "singleton". */
+/* "mpiv_run", "pmix" or "singleton"; "none" before srv_boot_init. */
 const char *srv_boot_method(void);
 
 #endif

@@ -1,0 +1,113 @@
+/*
+ * boot.c — joining the job: picks the bootstrap method from the environment
+ * and forwards to it. The methods live beside this file: boot_run.c (the
+ * client of mpiv_run's key-value exchange) and boot_pmix.c (libpmix). The
+ * singleton method is small enough to live here.
+ *
+ * Order matters: mpiv_run's variables win over PMIx's, so that mpiv_run
+ * started from inside an srun or mpirun job still runs its own job.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot.h"
+#include "boot_int.h"
+
+static const struct boot_method *method;
+
+static int single_init(int *rank, int *size)
+{
+    *rank = 0;
+    *size = 1;
+    return MPIV_SUCCESS;
+}
+
+static int single_allgather(const void *mine, size_t len, void *all)
+{
+    if (len)
+        memmove(all, mine, len);
+    return MPIV_SUCCESS;
+}
+
+static int single_barrier(void)
+{
+    return MPIV_SUCCESS;
+}
+
+static void single_finalize(void)
+{
+}
+
+static const struct boot_method boot_method_single = {
+    "singleton", single_init, single_allgather, single_barrier, single_finalize,
+};
+
+static int env_set(const char *name)
+{
+    const char *s = getenv(name);
+    return s && *s;
+}
+
+int boot_timeout_s(void)
+{
+    const char *s = getenv("MPIV_BOOT_TIMEOUT");
+    if (!s || !*s)
+        return 60;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || v < 1 || v > 86400) {
+        util_err(MPIV_ERR_CONFIG, "MPIV_BOOT_TIMEOUT=%s: expected an integer from 1 to 86400", s);
+        return -1;
+    }
+    return (int)v;
+}
+
+int srv_boot_init(int *rank, int *size)
+{
+    if (method)
+        return util_err(MPIV_ERR_STATE, "bootstrap: already joined the job (method %s)",
+                        method->name);
+    if (!rank || !size)
+        return util_err(MPIV_ERR_ARG, "bootstrap: rank and size must not be NULL");
+    const struct boot_method *m = &boot_method_single;
+    if (env_set("MPIV_BOOT_ADDR"))
+        m = &boot_method_run;
+    else if (env_set("PMIX_RANK") || env_set("PMIX_NAMESPACE"))
+        m = &boot_method_pmix;
+    int rc = m->init(rank, size);
+    if (rc != MPIV_SUCCESS)
+        return rc;
+    method = m;
+    util_log_set_rank(*rank);
+    util_log_debug("bootstrap: rank %d of %d through %s", *rank, *size, m->name);
+    return MPIV_SUCCESS;
+}
+
+int srv_boot_allgather(const void *mine, size_t len, void *all)
+{
+    if (!method)
+        return util_err(MPIV_ERR_STATE, "bootstrap: allgather before srv_boot_init");
+    if ((len && (!mine || !all)))
+        return util_err(MPIV_ERR_ARG, "bootstrap: allgather with a NULL buffer");
+    return method->allgather(mine, len, all);
+}
+
+int srv_boot_barrier(void)
+{
+    if (!method)
+        return util_err(MPIV_ERR_STATE, "bootstrap: barrier before srv_boot_init");
+    return method->barrier();
+}
+
+void srv_boot_finalize(void)
+{
+    if (!method)
+        return;
+    method->finalize();
+    method = NULL;
+}
+
+const char *srv_boot_method(void)
+{
+    return method ? method->name : "none";
+}

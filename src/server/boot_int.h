@@ -1,0 +1,25 @@
+/*
+ * boot_int.h — what each bootstrap method provides to boot.c, which picks
+ * one at srv_boot_init and forwards the calls. Private to src/server/boot*.
+ */
+#ifndef MPIV_SERVER_BOOT_INT_H
+#define MPIV_SERVER_BOOT_INT_H
+
+#include <stddef.h>
+
+struct boot_method {
+    const char *name;
+    int (*init)(int *rank, int *size);
+    int (*allgather)(const void *mine, size_t len, void *all);
+    int (*barrier)(void);
+    void (*finalize)(void);
+};
+
+extern const struct boot_method boot_method_run;
+extern const struct boot_method boot_method_pmix;
+
+/* MPIV_BOOT_TIMEOUT in seconds (default 60), or -1 with a detail recorded
+ * when the value is not an integer from 1 to 86400. */
+int boot_timeout_s(void);
+
+#endif

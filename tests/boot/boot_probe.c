@@ -1,0 +1,130 @@
+/*
+ * boot_probe — a rank of a bootstrap test job. It links only mpiv_util and
+ * the bootstrap, so it tests joining a job without any network backend.
+ *
+ *   boot_probe check [METHOD [SIZE]]  join; check rank/size (and the method
+ *                                     and size when given); allgathers of
+ *                                     several sizes and barriers; leave.
+ *   boot_probe wrong-secret           join with a corrupted MPIV_JOB_SECRET:
+ *                                     must be refused (exit 0 if it was).
+ *   boot_probe leave-early            the last rank joins and exits 0 at once;
+ *                                     the others' allgather must fail (exit 0
+ *                                     if it did).
+ *   boot_probe kill-early             the last rank joins and kills itself;
+ *                                     the others wait in an allgather.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/boot.h"
+
+#define FAIL(...)                                                                  \
+    do {                                                                           \
+        fprintf(stderr, "boot_probe: " __VA_ARGS__);                               \
+        fprintf(stderr, " [%s]\n", mpiv_error_detail());                          \
+        exit(1);                                                                   \
+    } while (0)
+
+static void fill(unsigned char *p, size_t len, int rank, unsigned round)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)(rank * 131 + i * 7 + round);
+}
+
+static int check(int argc, char **argv)
+{
+    int rank, size;
+    if (srv_boot_init(&rank, &size))
+        FAIL("srv_boot_init failed: %s", mpiv_strerror(MPIV_ERR_BOOTSTRAP));
+    if (rank < 0 || rank >= size)
+        FAIL("rank %d of %d", rank, size);
+    if (argc > 2 && strcmp(argv[2], srv_boot_method()) != 0)
+        FAIL("method %s, expected %s", srv_boot_method(), argv[2]);
+    if (argc > 3 && atoi(argv[3]) != size)
+        FAIL("size %d, expected %s", size, argv[3]);
+    const char *env_rank = getenv("MPIV_RANK");
+    if (strcmp(srv_boot_method(), "mpiv_run") == 0 && (!env_rank || atoi(env_rank) != rank))
+        FAIL("rank %d but MPIV_RANK=%s", rank, env_rank ? env_rank : "(unset)");
+
+    static const size_t lens[] = {1, 8, 100, 4096, 65536};
+    for (unsigned k = 0; k < sizeof lens / sizeof *lens; k++) {
+        size_t len = lens[k];
+        unsigned char *mine = malloc(len), *all = malloc(len * (size_t)size),
+                      *want = malloc(len);
+        if (!mine || !all || !want)
+            FAIL("out of memory");
+        fill(mine, len, rank, k);
+        if (srv_boot_allgather(mine, len, all))
+            FAIL("rank %d: allgather of %zu bytes failed", rank, len);
+        for (int r = 0; r < size; r++) {
+            fill(want, len, r, k);
+            if (memcmp(all + (size_t)r * len, want, len) != 0)
+                FAIL("rank %d: allgather of %zu bytes: wrong data from rank %d", rank, len, r);
+        }
+        free(mine);
+        free(all);
+        free(want);
+        if (srv_boot_barrier())
+            FAIL("rank %d: barrier failed", rank);
+    }
+    if (srv_boot_allgather(NULL, 0, NULL))
+        FAIL("rank %d: empty allgather failed", rank);
+    printf("boot_probe: rank %d of %d via %s ok\n", rank, size, srv_boot_method());
+    fflush(stdout);
+    srv_boot_finalize();
+    return 0;
+}
+
+static int wrong_secret(void)
+{
+    const char *s = getenv("MPIV_JOB_SECRET");
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s", s ? s : "00");
+    bad[0] = bad[0] == '0' ? '1' : '0';
+    setenv("MPIV_JOB_SECRET", bad, 1);
+    int rank, size;
+    int rc = srv_boot_init(&rank, &size);
+    if (rc != MPIV_ERR_BOOTSTRAP)
+        FAIL("a wrong secret gave %d, expected MPIV_ERR_BOOTSTRAP", rc);
+    printf("boot_probe: refused as expected: %s\n", mpiv_error_detail());
+    return 0;
+}
+
+static int leave_early(int kill_self)
+{
+    int rank, size;
+    if (srv_boot_init(&rank, &size))
+        FAIL("srv_boot_init failed");
+    if (rank == size - 1) {
+        if (kill_self)
+            raise(SIGKILL);
+        _exit(0); /* no srv_boot_finalize: as if it crashed quietly */
+    }
+    char c = 'x', all[64];
+    if (size > (int)sizeof all)
+        FAIL("size %d too large for this test", size);
+    int rc = srv_boot_allgather(&c, 1, all);
+    if (rc != MPIV_ERR_BOOTSTRAP)
+        FAIL("rank %d: allgather without the last rank gave %d", rank, rc);
+    printf("boot_probe: rank %d failed as expected: %s\n", rank, mpiv_error_detail());
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "check";
+    if (strcmp(mode, "check") == 0)
+        return check(argc, argv);
+    if (strcmp(mode, "wrong-secret") == 0)
+        return wrong_secret();
+    if (strcmp(mode, "leave-early") == 0)
+        return leave_early(0);
+    if (strcmp(mode, "kill-early") == 0)
+        return leave_early(1);
+    fprintf(stderr, "boot_probe: unknown mode %s\n", mode);
+    return 2;
+}

@@ -1,0 +1,269 @@
+/* Tests of src/server/boot*.c: the singleton method in this process, the
+ * mpiv_run method's error paths against fake servers, and whole jobs of
+ * boot_probe started by mpiv_run and by Open MPI's mpirun (PMIx). */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "server/boot.h"
+#include "tools/run_cmd.h"
+
+static const char *boot_vars[] = {
+    "MPIV_BOOT_ADDR", "MPIV_JOB_SECRET", "MPIV_RANK", "MPIV_SIZE", "MPIV_LOCAL_RANK",
+    "MPIV_LOCAL_SIZE", "MPIV_BOOT_TIMEOUT", "PMIX_RANK", "PMIX_NAMESPACE",
+};
+
+static void clean_env(void)
+{
+    for (size_t i = 0; i < sizeof boot_vars / sizeof *boot_vars; i++)
+        unsetenv(boot_vars[i]);
+}
+
+/* A TCP socket listening on loopback; *port receives its port. */
+static int listen_loopback(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+static void set_run_env(int port, const char *rank, const char *size)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    setenv("MPIV_BOOT_ADDR", addr, 1);
+    setenv("MPIV_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    setenv("MPIV_RANK", rank, 1);
+    setenv("MPIV_SIZE", size, 1);
+}
+
+START_TEST(singleton_is_rank_0_of_1)
+{
+    clean_env();
+    ck_assert_str_eq(srv_boot_method(), "none");
+    ck_assert_int_eq(srv_boot_barrier(), MPIV_ERR_STATE);
+    int rank = -1, size = -1;
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_SUCCESS);
+    ck_assert_int_eq(rank, 0);
+    ck_assert_int_eq(size, 1);
+    ck_assert_str_eq(srv_boot_method(), "singleton");
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_STATE);
+    char mine[5] = "abcd", all[5] = "";
+    ck_assert_int_eq(srv_boot_allgather(mine, 5, all), MPIV_SUCCESS);
+    ck_assert_str_eq(all, "abcd");
+    ck_assert_int_eq(srv_boot_allgather(NULL, 5, all), MPIV_ERR_ARG);
+    ck_assert_int_eq(srv_boot_barrier(), MPIV_SUCCESS);
+    srv_boot_finalize();
+    srv_boot_finalize();
+    ck_assert_str_eq(srv_boot_method(), "none");
+    /* joining again after leaving works */
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_SUCCESS);
+    srv_boot_finalize();
+}
+END_TEST
+
+START_TEST(missing_variables_are_explained)
+{
+    clean_env();
+    setenv("MPIV_BOOT_ADDR", "127.0.0.1:1", 1);
+    int rank, size;
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_SIZE"));
+    setenv("MPIV_SIZE", "2", 1);
+    setenv("MPIV_RANK", "2", 1);
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_RANK=2"));
+    setenv("MPIV_RANK", "1", 1);
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_JOB_SECRET"));
+    set_run_env(1, "1", "2");
+    setenv("MPIV_BOOT_ADDR", "no-port-here", 1);
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "host:port"));
+    setenv("MPIV_BOOT_ADDR", "127.0.0.1:1", 1);
+    setenv("MPIV_BOOT_TIMEOUT", "soon", 1);
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_BOOT_TIMEOUT=soon"));
+    ck_assert_str_eq(srv_boot_method(), "none");
+}
+END_TEST
+
+/* Nobody listens: the rank retries until MPIV_BOOT_TIMEOUT, then fails. */
+START_TEST(unreachable_exchange_times_out)
+{
+    clean_env();
+    int port;
+    int fd = listen_loopback(&port);
+    close(fd); /* the port is now (almost certainly) closed */
+    set_run_env(port, "0", "2");
+    setenv("MPIV_BOOT_TIMEOUT", "1", 1);
+    int rank, size;
+    double t0 = run_now();
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    double dt = run_now() - t0;
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "cannot reach mpiv_run"));
+    ck_assert(dt >= 0.9 && dt < 5);
+}
+END_TEST
+
+/* The server accepts (the kernel does, from the backlog) and never answers:
+ * the rank fails after MPIV_BOOT_TIMEOUT instead of hanging. */
+START_TEST(silent_exchange_times_out)
+{
+    clean_env();
+    int port;
+    int fd = listen_loopback(&port);
+    set_run_env(port, "0", "2");
+    setenv("MPIV_BOOT_TIMEOUT", "1", 1);
+    int rank, size;
+    double t0 = run_now();
+    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    double dt = run_now() - t0;
+    ck_assert_msg(strstr(mpiv_error_detail(), "timed out"), "detail: %s", mpiv_error_detail());
+    ck_assert(dt >= 0.9 && dt < 5);
+    close(fd);
+}
+END_TEST
+
+static struct run_result run_job(int n, const char *mode, const char *method)
+{
+    char ns[16];
+    snprintf(ns, sizeof ns, "%d", n);
+    char *argv[] = {MPIV_RUN, "-n", ns, BOOT_PROBE, (char *)mode, (char *)method, ns, NULL};
+    return run_cmd(argv, 25);
+}
+
+static void job_ok(int n)
+{
+    struct run_result r = run_job(n, "check", "mpiv_run");
+    ck_assert_msg(run_code(&r) == 0, "mpiv_run -n %d exit %d:\n%s", n, run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, " via mpiv_run ok"), n);
+    for (int k = 0; k < n; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of %d via mpiv_run ok", k, n);
+        ck_assert_msg(strstr(r.out, want), "missing '%s' in:\n%s", want, r.out);
+    }
+    free(r.out);
+}
+
+START_TEST(mpiv_run_1_rank) { job_ok(1); }
+END_TEST
+START_TEST(mpiv_run_2_ranks) { job_ok(2); }
+END_TEST
+START_TEST(mpiv_run_4_ranks) { job_ok(4); }
+END_TEST
+
+START_TEST(probe_alone_is_singleton)
+{
+    clean_env();
+    char *argv[] = {BOOT_PROBE, "check", "singleton", "1", NULL};
+    struct run_result r = run_cmd(argv, 25);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "rank 0 of 1 via singleton ok"));
+    free(r.out);
+}
+END_TEST
+
+START_TEST(wrong_secret_is_refused)
+{
+    struct run_result r = run_job(2, "wrong-secret", NULL);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, "refused a connection to the key-value exchange"), 2);
+    ck_assert_int_eq(count_str(r.out, "wrong job secret"), 2);
+    ck_assert_int_eq(count_str(r.out, "refused as expected"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* The last rank joins and exits 0 without leaving properly: the others'
+ * allgather fails at once rather than waiting for MPIV_BOOT_TIMEOUT. */
+START_TEST(rank_leaving_early_fails_the_others)
+{
+    struct run_result r = run_job(3, "leave-early", NULL);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, "failed as expected"), 2);
+    ck_assert_ptr_nonnull(strstr(r.out, "rank 2 "));
+    ck_assert(r.seconds < 10);
+    free(r.out);
+}
+END_TEST
+
+START_TEST(rank_killed_early_ends_the_job)
+{
+    struct run_result r = run_job(3, "kill-early", NULL);
+    ck_assert_msg(run_code(&r) == 128 + 9, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "rank 2 (pid "));
+    ck_assert_ptr_nonnull(strstr(r.out, "killed by signal 9"));
+    ck_assert(r.seconds < 10);
+    free(r.out);
+}
+END_TEST
+
+static int have_mpirun(void)
+{
+    return access("/usr/bin/mpirun", X_OK) == 0 && !getenv("MPIV_TEST_NO_MPIRUN");
+}
+
+static void mpirun_job(int n)
+{
+    if (!have_mpirun())
+        return;
+    clean_env();
+    char ns[16];
+    snprintf(ns, sizeof ns, "%d", n);
+    char *argv[] = {"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-n", ns,
+                    BOOT_PROBE, "check", "pmix", ns, NULL};
+    struct run_result r = run_cmd(argv, 25);
+    ck_assert_msg(run_code(&r) == 0, "mpirun exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, " via pmix ok"), n);
+    free(r.out);
+}
+
+START_TEST(mpirun_2_ranks_pmix) { mpirun_job(2); }
+END_TEST
+START_TEST(mpirun_4_ranks_pmix) { mpirun_job(4); }
+END_TEST
+
+static Suite *boot_suite(void)
+{
+    Suite *s = suite_create("boot");
+    TCase *unit = tcase_create("in process");
+    tcase_add_test(unit, singleton_is_rank_0_of_1);
+    tcase_add_test(unit, missing_variables_are_explained);
+    tcase_add_test(unit, unreachable_exchange_times_out);
+    tcase_add_test(unit, silent_exchange_times_out);
+    suite_add_tcase(s, unit);
+    TCase *jobs = tcase_create("jobs");
+    tcase_set_timeout(jobs, 30);
+    tcase_add_test(jobs, probe_alone_is_singleton);
+    tcase_add_test(jobs, mpiv_run_1_rank);
+    tcase_add_test(jobs, mpiv_run_2_ranks);
+    tcase_add_test(jobs, mpiv_run_4_ranks);
+    tcase_add_test(jobs, wrong_secret_is_refused);
+    tcase_add_test(jobs, rank_leaving_early_fails_the_others);
+    tcase_add_test(jobs, rank_killed_early_ends_the_job);
+    tcase_add_test(jobs, mpirun_2_ranks_pmix);
+    tcase_add_test(jobs, mpirun_4_ranks_pmix);
+    suite_add_tcase(s, jobs);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(boot_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

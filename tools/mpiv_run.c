@@ -1,0 +1,1294 @@
+/*
+ * mpiv_run — starts an MPIv job: N ranks of one program, here or on hosts.
+ *
+ * How the pieces fit:
+ *  - parse_args() reads the command line; place_ranks() decides which host
+ *    each rank runs on and its local rank there.
+ *  - The key-value exchange (kvs_*) listens on TCP before any rank starts.
+ *    Each rank connects, proves it belongs to the job with the random
+ *    MPIV_JOB_SECRET, and then every allgather/barrier of src/server/boot.c
+ *    is one message to us and one reply (wire format: boot_wire.h).
+ *  - spawn_rank() forks each rank into its own process group (so a launcher
+ *    template's children die with it, and the terminal's Ctrl-C reaches
+ *    only us, who forward it) with stdout/stderr on pipes.
+ *  - run_loop() polls everything: a signalfd (SIGCHLD, SIGINT, SIGTERM,
+ *    SIGHUP), the exchange's sockets and the ranks' output, which is
+ *    written out a whole line at a time so lines of different ranks never
+ *    interleave. When a rank fails, the others get SIGTERM, then SIGKILL
+ *    KILL_GRACE_MS later, well within 5 seconds.
+ *
+ * Exit status: 0 if every rank exited 0; else the first failing rank's exit
+ * status (128+N if it died of signal N); 124 when --timeout expired; 2 on
+ * bad usage; 1 when mpiv_run itself cannot run the job.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "server/boot_wire.h"
+#include "util/util.h"
+
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 1
+#define EXIT_TIMEOUT 124
+#define KILL_GRACE_MS 2000
+#define DRAIN_MS 1000
+#define LINE_MAX_BUF 65536
+#define MAX_PENDING_CLIENTS 64
+
+static const char *prog_name = "mpiv_run";
+
+/* ---------------------------------------------------------------------- */
+/* options                                                                 */
+/* ---------------------------------------------------------------------- */
+
+struct opts {
+    long nranks;
+    char **hosts; /* NULL: every rank local */
+    int nhosts;
+    const char *launcher; /* template, NULL: fork/exec (or ssh with hosts) */
+    const char *bind;     /* address to listen on, NULL: choose */
+    int map_block;        /* 0: round robin over hosts, 1: blocks */
+    char **xvars;         /* -x VAR or VAR=VAL, as given */
+    int nx;
+    long timeout_s; /* 0: none */
+    int tag_output;
+    char **argv; /* the program and its arguments */
+};
+
+_Noreturn static void usage_error(const char *fmt, ...) UTIL_PRINTF(1, 2);
+_Noreturn static void usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog_name);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s --help' for more information.\n", prog_name);
+    exit(EXIT_USAGE);
+}
+
+static void print_help(void)
+{
+    printf(
+        "Usage: mpiv_run -n N [options] program [args...]\n"
+        "Starts N ranks of an MPIv program and joins them into one job.\n"
+        "\n"
+        "Options:\n"
+        "  -n, --np N            number of ranks (1..%d)\n"
+        "  -H, --hosts H1,H2,... run ranks on these hosts (a host may be repeated to\n"
+        "                        give it more slots). Each rank is started through the\n"
+        "                        launcher template (default 'ssh -T -o BatchMode=yes\n"
+        "                        {host}'). Without -H every rank runs here (fork/exec).\n"
+        "      --map-by rr|block how ranks are spread over the -H list: rr (default)\n"
+        "                        gives rank r host r mod H; block gives each host\n"
+        "                        ceil(N/H) consecutive ranks.\n"
+        "      --launcher TEMPL  command prefixed to each rank's command, split on\n"
+        "                        spaces; {host} is replaced by the rank's host, e.g.\n"
+        "                        --launcher 'ip netns exec {host}'. The rank's MPIV_*\n"
+        "                        variables and -x variables are passed with env(1);\n"
+        "                        when the launcher is ssh the command is shell-quoted\n"
+        "                        and run in the current directory.\n"
+        "      --bind ADDR       IPv4 address the key-value exchange listens on and\n"
+        "                        ranks connect to. Default: 127.0.0.1 without -H;\n"
+        "                        with -H, 0.0.0.0 and each host is given the local\n"
+        "                        address that routes to it (use --bind when host names\n"
+        "                        are not network names, e.g. network namespaces).\n"
+        "  -x VAR[=VAL]          set VAR in every rank (VAR alone: copy our value).\n"
+        "                        Repeatable. Local ranks inherit our whole environment\n"
+        "                        anyway; remote ranks get MPIV_* and -x variables only.\n"
+        "      --timeout S       kill the job after S seconds (exit status %d)\n"
+        "      --tag-output      prefix every output line with [rank]\n"
+        "  -h, --help            show this help\n"
+        "\n"
+        "Output: each rank's stdout and stderr are forwarded to ours, whole lines at\n"
+        "a time. Ranks read stdin from /dev/null.\n"
+        "Signals: SIGINT, SIGTERM and SIGHUP are forwarded to every rank; ranks\n"
+        "still alive %d ms later are killed.\n"
+        "Failure: when a rank exits non-zero or dies of a signal, mpiv_run says\n"
+        "which and how, terminates the other ranks (SIGTERM, then SIGKILL) and\n"
+        "exits with that rank's status (128+N for signal N). Bad usage exits 2.\n"
+        "\n"
+        "Variables mpiv_run sets in each rank:\n"
+        "  MPIV_BOOT_ADDR        host:port of mpiv_run's key-value exchange\n"
+        "  MPIV_JOB_SECRET       random per-job secret presented to the exchange\n"
+        "  MPIV_RANK, MPIV_SIZE  the rank and the number of ranks\n"
+        "  MPIV_LOCAL_RANK, MPIV_LOCAL_SIZE  index of the rank among the ranks of\n"
+        "                        its host, and their number\n"
+        "Variables the bootstrap reads:\n"
+        "  MPIV_BOOT_TIMEOUT     integer 1..86400, default 60: seconds a rank waits\n"
+        "                        for one step of the exchange before failing\n"
+        "\n",
+        MPIV_RANK_MAX + 1, EXIT_TIMEOUT, KILL_GRACE_MS);
+    util_config_help(stdout);
+}
+
+static long parse_long(const char *opt, const char *s, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end != '\0' || errno || v < lo || v > hi)
+        usage_error("%s %s: expected an integer from %ld to %ld", opt, s, lo, hi);
+    return v;
+}
+
+static char **split_list(const char *s, int *count)
+{
+    char *copy = strdup(s);
+    int n = 1;
+    for (const char *p = s; *p; p++)
+        n += *p == ',';
+    char **v = calloc((size_t)n + 1, sizeof *v);
+    if (!copy || !v) {
+        fprintf(stderr, "%s: out of memory\n", prog_name);
+        exit(EXIT_RUNTIME);
+    }
+    int k = 0;
+    for (char *tok = copy, *next; tok; tok = next) {
+        next = strchr(tok, ',');
+        if (next)
+            *next++ = '\0';
+        if (!*tok)
+            usage_error("-H %s: empty host name", s);
+        v[k++] = tok;
+    }
+    *count = k;
+    return v;
+}
+
+static int valid_var_name(const char *s, size_t len)
+{
+    if (len == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+    enum { OPT_LAUNCHER = 256, OPT_TIMEOUT, OPT_TAG, OPT_BIND, OPT_MAP };
+    static const struct option longopts[] = {
+        {"np", required_argument, NULL, 'n'},
+        {"hosts", required_argument, NULL, 'H'},
+        {"launcher", required_argument, NULL, OPT_LAUNCHER},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"tag-output", no_argument, NULL, OPT_TAG},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"map-by", required_argument, NULL, OPT_MAP},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->nranks = -1;
+    o->xvars = calloc((size_t)argc + 1, sizeof *o->xvars);
+    if (!o->xvars)
+        exit(EXIT_RUNTIME);
+    opterr = 0;
+    int c;
+    /* '+': stop at the program's name, its options are its own */
+    while ((c = getopt_long(argc, argv, "+:n:H:x:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            o->nranks = parse_long("-n", optarg, 1, MPIV_RANK_MAX + 1L);
+            break;
+        case 'H':
+            o->hosts = split_list(optarg, &o->nhosts);
+            break;
+        case 'x': {
+            size_t nl = strcspn(optarg, "=");
+            if (!valid_var_name(optarg, nl))
+                usage_error("-x %s: expected VAR or VAR=VALUE", optarg);
+            o->xvars[o->nx++] = optarg;
+            break;
+        }
+        case OPT_LAUNCHER:
+            if (!*optarg || strspn(optarg, " \t") == strlen(optarg))
+                usage_error("--launcher: empty template");
+            o->launcher = optarg;
+            break;
+        case OPT_TIMEOUT:
+            o->timeout_s = parse_long("--timeout", optarg, 1, 100000000L);
+            break;
+        case OPT_TAG:
+            o->tag_output = 1;
+            break;
+        case OPT_BIND: {
+            struct in_addr a;
+            if (inet_pton(AF_INET, optarg, &a) != 1)
+                usage_error("--bind %s: expected an IPv4 address", optarg);
+            o->bind = optarg;
+            break;
+        }
+        case OPT_MAP:
+            if (strcmp(optarg, "rr") == 0)
+                o->map_block = 0;
+            else if (strcmp(optarg, "block") == 0)
+                o->map_block = 1;
+            else
+                usage_error("--map-by %s: expected rr or block", optarg);
+            break;
+        case 'h':
+            print_help();
+            exit(0);
+        case ':':
+            usage_error("option %s needs a value", argv[optind - 1]);
+        default:
+            if (optopt)
+                usage_error("unknown option -%c", optopt);
+            usage_error("unknown option %s", argv[optind - 1]);
+        }
+    }
+    if (o->nranks < 0)
+        usage_error("missing -n N (the number of ranks)");
+    if (optind >= argc)
+        usage_error("missing the program to run");
+    o->argv = argv + optind;
+    if (o->launcher && strstr(o->launcher, "{host}") && !o->hosts)
+        usage_error("--launcher '%s' names {host} but no hosts were given (-H)", o->launcher);
+}
+
+/* Local program given as a name or path: check it exists and is executable
+ * here, so that a typo is a usage error and not N failing ranks. */
+static void check_program(const char *prog)
+{
+    if (strchr(prog, '/')) {
+        struct stat st;
+        if (stat(prog, &st) != 0)
+            usage_error("%s: %s", prog, strerror(errno));
+        if (!S_ISREG(st.st_mode) || access(prog, X_OK) != 0)
+            usage_error("%s: not an executable file", prog);
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    char buf[PATH_MAX];
+    for (const char *p = path;;) {
+        size_t l = strcspn(p, ":");
+        int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)l, p, l ? "/" : "./", prog);
+        struct stat st;
+        if (n > 0 && (size_t)n < sizeof buf && stat(buf, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(buf, X_OK) == 0)
+            return;
+        if (!p[l])
+            break;
+        p += l + 1;
+    }
+    usage_error("%s: program not found in PATH", prog);
+}
+
+/* ---------------------------------------------------------------------- */
+/* ranks and their placement                                               */
+/* ---------------------------------------------------------------------- */
+
+struct stream {
+    int fd; /* -1 once closed */
+    int out_fd;
+    size_t used;
+    char buf[LINE_MAX_BUF];
+};
+
+struct rank {
+    pid_t pid; /* also its process group */
+    int host;  /* index into opts.hosts, -1 local */
+    int local_rank, local_size;
+    int alive;
+    int status; /* wait status once reaped */
+    int said_bye;
+    struct stream out, err;
+};
+
+static struct opts opt;
+static struct rank *ranks;
+static int nranks;
+
+static void place_ranks(void)
+{
+    int per_block = opt.nhosts ? (nranks + opt.nhosts - 1) / opt.nhosts : 0;
+    for (int r = 0; r < nranks; r++) {
+        if (!opt.hosts)
+            ranks[r].host = -1;
+        else
+            ranks[r].host = opt.map_block ? r / per_block : r % opt.nhosts;
+    }
+    /* Ranks share a host when their host names are equal (so "-H a,a" runs
+     * two ranks on a), or when both are local. */
+    for (int r = 0; r < nranks; r++) {
+        const char *hr = ranks[r].host < 0 ? "" : opt.hosts[ranks[r].host];
+        int lr = 0, ls = 0;
+        for (int q = 0; q < nranks; q++) {
+            const char *hq = ranks[q].host < 0 ? "" : opt.hosts[ranks[q].host];
+            if (strcmp(hr, hq) == 0) {
+                ls++;
+                if (q < r)
+                    lr++;
+            }
+        }
+        ranks[r].local_rank = lr;
+        ranks[r].local_size = ls;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* output forwarding                                                       */
+/* ---------------------------------------------------------------------- */
+
+static void write_all(int fd, const char *p, size_t len)
+{
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return; /* our stdout is gone: drop, the job goes on */
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void emit(int rank, struct stream *s, size_t len, int add_newline)
+{
+    char tag[32];
+    int tl = 0;
+    if (opt.tag_output)
+        tl = snprintf(tag, sizeof tag, "[%d] ", rank);
+    /* one writev-like write per line keeps lines whole on a shared pipe */
+    if (tl > 0 || add_newline) {
+        char *line = malloc((size_t)tl + len + 1);
+        if (line) {
+            memcpy(line, tag, (size_t)tl);
+            memcpy(line + tl, s->buf, len);
+            if (add_newline)
+                line[tl + len] = '\n';
+            write_all(s->out_fd, line, (size_t)tl + len + (add_newline ? 1 : 0));
+            free(line);
+            return;
+        }
+    }
+    write_all(s->out_fd, s->buf, len);
+}
+
+static void flush_lines(int rank, struct stream *s, int at_eof)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < s->used; i++) {
+        if (s->buf[i] != '\n')
+            continue;
+        if (start) {
+            memmove(s->buf, s->buf + start, s->used - start);
+            s->used -= start;
+            i -= start;
+            start = 0;
+        }
+        emit(rank, s, i + 1, 0);
+        start = i + 1;
+    }
+    if (start) {
+        memmove(s->buf, s->buf + start, s->used - start);
+        s->used -= start;
+    }
+    if (s->used && (at_eof || s->used == sizeof s->buf)) {
+        emit(rank, s, s->used, opt.tag_output);
+        s->used = 0;
+    }
+}
+
+static void stream_close(int rank, struct stream *s)
+{
+    if (s->fd < 0)
+        return;
+    flush_lines(rank, s, 1);
+    close(s->fd);
+    s->fd = -1;
+}
+
+static void stream_read(int rank, struct stream *s)
+{
+    ssize_t n = read(s->fd, s->buf + s->used, sizeof s->buf - s->used);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        stream_close(rank, s);
+        return;
+    }
+    s->used += (size_t)n;
+    flush_lines(rank, s, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* the key-value exchange                                                  */
+/* ---------------------------------------------------------------------- */
+
+enum client_state { CL_HELLO, CL_JOINED };
+
+struct client {
+    int fd;
+    enum client_state state;
+    int rank;
+    char peer[64];
+    char *in; /* bytes received and not yet parsed */
+    size_t in_used, in_cap;
+    int pending; /* a GATHER is waiting for the others */
+    uint32_t pending_len;
+    char *pending_data;
+    struct client *next;
+};
+
+static int kvs_fd = -1;
+static char job_secret[BOOT_SECRET_HEX + 1];
+static struct client *clients;
+static struct client **client_of_rank;
+static int kvs_broken;       /* a rank left; every gather now fails */
+static char kvs_why[256];
+
+static void make_secret(void)
+{
+    unsigned char raw[BOOT_SECRET_BYTES];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "%s: getrandom: %s\n", prog_name, strerror(errno));
+            exit(EXIT_RUNTIME);
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(job_secret + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* Compares in time that depends only on the expected length, so a client
+ * cannot learn the secret a byte at a time from how fast it is refused. */
+static int secret_matches(const char *given, size_t len)
+{
+    volatile unsigned char diff = len != BOOT_SECRET_HEX;
+    for (size_t i = 0; i < BOOT_SECRET_HEX; i++) {
+        unsigned char g = i < len ? (unsigned char)given[i] : 0;
+        diff |= g ^ (unsigned char)job_secret[i];
+    }
+    return diff == 0;
+}
+
+/* Listens on `bind_addr` (port chosen by the kernel) and returns the port. */
+static int kvs_listen(const char *bind_addr)
+{
+    kvs_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (kvs_fd < 0) {
+        fprintf(stderr, "%s: socket: %s\n", prog_name, strerror(errno));
+        exit(EXIT_RUNTIME);
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, bind_addr, &sa.sin_addr);
+    socklen_t sl = sizeof sa;
+    if (bind(kvs_fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(kvs_fd, 128) != 0 ||
+        getsockname(kvs_fd, (struct sockaddr *)&sa, &sl) != 0) {
+        fprintf(stderr, "%s: cannot listen on %s for the key-value exchange: %s\n", prog_name,
+                bind_addr, strerror(errno));
+        exit(EXIT_RUNTIME);
+    }
+    return ntohs(sa.sin_port);
+}
+
+/* The local address that routes to `host` (a UDP connect sends nothing),
+ * or 0 when the host name does not resolve. */
+static int route_addr_to(const char *host, char *out, size_t outlen)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM};
+    struct addrinfo *res;
+    if (getaddrinfo(host, "9", &hints, &res) != 0)
+        return 0;
+    int ok = 0;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof sa;
+        if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+            inet_ntop(AF_INET, &sa.sin_addr, out, (socklen_t)outlen))
+            ok = 1;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return ok;
+}
+
+static void client_drop(struct client *c)
+{
+    struct client **pp = &clients;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = c->next;
+    if (c->state == CL_JOINED && client_of_rank[c->rank] == c)
+        client_of_rank[c->rank] = NULL;
+    close(c->fd);
+    free(c->in);
+    free(c->pending_data);
+    free(c);
+}
+
+static int send_blocking(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 10000) <= 0)
+                return -1; /* a rank that does not read for 10 s is gone */
+            continue;
+        }
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void send_failure(struct client *c, const char *why)
+{
+    uint32_t head[2] = {htonl(BOOT_ST_FAILED), htonl((uint32_t)strlen(why))};
+    if (send_blocking(c->fd, head, sizeof head) == 0)
+        send_blocking(c->fd, why, strlen(why));
+}
+
+/* Ends the exchange for everybody: every pending gather fails now, every
+ * later one fails at once. */
+static void kvs_break(const char *fmt, ...) UTIL_PRINTF(1, 2);
+static void kvs_break(const char *fmt, ...)
+{
+    if (!kvs_broken) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(kvs_why, sizeof kvs_why, fmt, ap);
+        va_end(ap);
+        kvs_broken = 1;
+    }
+    for (struct client *c = clients, *next; c; c = next) {
+        next = c->next;
+        if (c->state == CL_JOINED && c->pending) {
+            send_failure(c, kvs_why);
+            client_drop(c);
+        }
+    }
+}
+
+static void kvs_try_complete(void)
+{
+    if (kvs_broken) {
+        kvs_break("%s", kvs_why);
+        return;
+    }
+    uint32_t len = 0;
+    for (int r = 0; r < nranks; r++) {
+        struct client *c = client_of_rank[r];
+        if (!c || !c->pending)
+            return;
+        if (r == 0)
+            len = c->pending_len;
+        else if (c->pending_len != len) {
+            kvs_break("allgather with different sizes: rank 0 gave %u bytes, rank %d %u",
+                      len, r, c->pending_len);
+            return;
+        }
+    }
+    size_t total = (size_t)len * (size_t)nranks;
+    char *all = total ? malloc(total) : NULL;
+    if (total && !all) {
+        kvs_break("mpiv_run is out of memory for an allgather of %zu bytes", total);
+        return;
+    }
+    for (int r = 0; r < nranks; r++) {
+        struct client *c = client_of_rank[r];
+        if (len)
+            memcpy(all + (size_t)r * len, c->pending_data, len);
+        free(c->pending_data);
+        c->pending_data = NULL;
+        c->pending = 0;
+    }
+    uint32_t head[2] = {htonl(BOOT_ST_OK), htonl((uint32_t)total)};
+    for (int r = 0; r < nranks; r++) {
+        struct client *c = client_of_rank[r];
+        if (send_blocking(c->fd, head, sizeof head) != 0 ||
+            (total && send_blocking(c->fd, all, total) != 0)) {
+            client_drop(c);
+            kvs_break("rank %d stopped reading from the exchange", r);
+        }
+    }
+    free(all);
+}
+
+static void refuse(struct client *c, const char *why)
+{
+    fprintf(stderr, "%s: refused a connection to the key-value exchange from %s: %s\n",
+            prog_name, c->peer, why);
+    client_drop(c);
+}
+
+/* Parses what c has sent so far; returns 0 if c was dropped. */
+static int client_parse(struct client *c)
+{
+    for (;;) {
+        if (c->state == CL_HELLO) {
+            const size_t fixed = BOOT_WIRE_MAGIC_LEN + 12;
+            if (c->in_used < fixed)
+                return 1;
+            uint32_t f[3];
+            memcpy(f, c->in + BOOT_WIRE_MAGIC_LEN, sizeof f);
+            uint32_t rank = ntohl(f[0]), size = ntohl(f[1]), slen = ntohl(f[2]);
+            if (memcmp(c->in, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN) != 0) {
+                refuse(c, "not an MPIv bootstrap client");
+                return 0;
+            }
+            if (slen > 4 * BOOT_SECRET_HEX) {
+                refuse(c, "wrong job secret");
+                return 0;
+            }
+            if (c->in_used < fixed + slen)
+                return 1;
+            if (!secret_matches(c->in + fixed, slen)) {
+                refuse(c, "wrong job secret");
+                return 0;
+            }
+            if (size != (uint32_t)nranks || rank >= (uint32_t)nranks) {
+                char why[96];
+                snprintf(why, sizeof why, "rank %u of %u does not fit this job of %d ranks",
+                         rank, size, nranks);
+                refuse(c, why);
+                return 0;
+            }
+            if (client_of_rank[rank] || ranks[rank].said_bye) {
+                char why[64];
+                snprintf(why, sizeof why, "rank %u joined twice", rank);
+                refuse(c, why);
+                return 0;
+            }
+            c->state = CL_JOINED;
+            c->rank = (int)rank;
+            client_of_rank[rank] = c;
+            memmove(c->in, c->in + fixed + slen, c->in_used - fixed - slen);
+            c->in_used -= fixed + slen;
+            uint32_t ack = htonl(BOOT_ST_OK);
+            if (send_blocking(c->fd, &ack, sizeof ack) != 0) {
+                client_drop(c);
+                kvs_break("rank %u lost its connection while joining", rank);
+                return 0;
+            }
+            continue;
+        }
+        if (c->in_used < 8)
+            return 1;
+        uint32_t h[2];
+        memcpy(h, c->in, sizeof h);
+        uint32_t op = ntohl(h[0]), len = ntohl(h[1]);
+        if (op == BOOT_OP_BYE) {
+            ranks[c->rank].said_bye = 1;
+            client_drop(c);
+            return 0;
+        }
+        if (op != BOOT_OP_GATHER || len > BOOT_MAX_BLOB || c->pending) {
+            int r = c->rank;
+            client_drop(c);
+            kvs_break("rank %d broke the exchange protocol", r);
+            return 0;
+        }
+        if (c->in_used < 8 + (size_t)len)
+            return 1;
+        c->pending_data = len ? malloc(len) : NULL;
+        if (len && !c->pending_data) {
+            kvs_break("mpiv_run is out of memory");
+            return 1;
+        }
+        memcpy(c->pending_data, c->in + 8, len);
+        c->pending_len = len;
+        c->pending = 1;
+        memmove(c->in, c->in + 8 + len, c->in_used - 8 - len);
+        c->in_used -= 8 + len;
+        kvs_try_complete();
+        return 1; /* a client sends one request per reply */
+    }
+}
+
+/* Reads what is available; returns 0 if c was dropped. */
+static int client_read(struct client *c)
+{
+    for (;;) {
+        if (c->in_cap - c->in_used < 4096) {
+            size_t cap = c->in_cap ? 2 * c->in_cap : 8192;
+            if (cap > BOOT_MAX_BLOB + 8192) {
+                int r = c->state == CL_JOINED ? c->rank : -1;
+                client_drop(c);
+                if (r >= 0)
+                    kvs_break("rank %d sent too much to the exchange", r);
+                return 0;
+            }
+            char *in = realloc(c->in, cap);
+            if (!in)
+                return 1;
+            c->in = in;
+            c->in_cap = cap;
+        }
+        ssize_t n = recv(c->fd, c->in + c->in_used, c->in_cap - c->in_used, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return client_parse(c);
+        if (n <= 0) {
+            if (!client_parse(c))
+                return 0;
+            if (c->state == CL_HELLO) {
+                client_drop(c);
+                return 0;
+            }
+            int r = c->rank;
+            client_drop(c);
+            kvs_break("rank %d left the exchange (it exited or lost its connection) before "
+                      "the job finished starting", r);
+            return 0;
+        }
+        c->in_used += (size_t)n;
+    }
+}
+
+static void kvs_accept(void)
+{
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(kvs_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return;
+        int waiting = 0;
+        for (struct client *c = clients; c; c = c->next)
+            waiting += c->state == CL_HELLO;
+        struct client *c = calloc(1, sizeof *c);
+        if (!c || waiting >= MAX_PENDING_CLIENTS) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->state = CL_HELLO;
+        c->rank = -1;
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+            char a[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &sa->sin_addr, a, sizeof a);
+            snprintf(c->peer, sizeof c->peer, "%s:%u", a, ntohs(sa->sin_port));
+        } else {
+            snprintf(c->peer, sizeof c->peer, "(unknown)");
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->next = clients;
+        clients = c;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* starting ranks                                                          */
+/* ---------------------------------------------------------------------- */
+
+static sigset_t handled_signals, old_mask;
+static char boot_host_default[64];
+static int boot_port;
+static char **boot_host_of; /* per -H host: the address it connects to */
+
+static char *xasprintf(const char *fmt, ...) UTIL_PRINTF(1, 2);
+static char *xasprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) {
+        fprintf(stderr, "%s: out of memory\n", prog_name);
+        exit(EXIT_RUNTIME);
+    }
+    va_end(ap);
+    return s;
+}
+
+/* The rank's own variables as NAME=VALUE strings, NULL-terminated; with
+ * `all_mpiv`, also every MPIV_* variable of ours (for remote ranks, which
+ * do not inherit our environment). */
+static char **rank_env(int r, int all_mpiv)
+{
+    extern char **environ;
+    size_t cap = 16 + (size_t)opt.nx;
+    if (all_mpiv)
+        for (char **e = environ; *e; e++)
+            cap++;
+    char **v = calloc(cap, sizeof *v);
+    if (!v)
+        exit(EXIT_RUNTIME);
+    size_t n = 0;
+    const char *host = ranks[r].host >= 0 ? boot_host_of[ranks[r].host] : boot_host_default;
+    static const char *ours[] = {"MPIV_BOOT_ADDR=", "MPIV_JOB_SECRET=", "MPIV_RANK=",
+                                 "MPIV_SIZE=", "MPIV_LOCAL_RANK=", "MPIV_LOCAL_SIZE="};
+    if (all_mpiv) {
+        for (char **e = environ; *e; e++) {
+            if (strncmp(*e, "MPIV_", 5) != 0)
+                continue;
+            int skip = 0;
+            for (size_t k = 0; k < sizeof ours / sizeof *ours; k++)
+                skip |= strncmp(*e, ours[k], strlen(ours[k])) == 0;
+            if (!skip)
+                v[n++] = *e;
+        }
+    }
+    for (int i = 0; i < opt.nx; i++) {
+        const char *x = opt.xvars[i];
+        if (strchr(x, '=')) {
+            v[n++] = (char *)x;
+        } else {
+            const char *val = getenv(x);
+            if (val)
+                v[n++] = xasprintf("%s=%s", x, val);
+        }
+    }
+    v[n++] = xasprintf("MPIV_BOOT_ADDR=%s:%d", host, boot_port);
+    v[n++] = xasprintf("MPIV_JOB_SECRET=%s", job_secret);
+    v[n++] = xasprintf("MPIV_RANK=%d", r);
+    v[n++] = xasprintf("MPIV_SIZE=%d", nranks);
+    v[n++] = xasprintf("MPIV_LOCAL_RANK=%d", ranks[r].local_rank);
+    v[n++] = xasprintf("MPIV_LOCAL_SIZE=%d", ranks[r].local_size);
+    v[n] = NULL;
+    return v;
+}
+
+/* Single-quotes s for a POSIX shell. */
+static char *shell_quote(const char *s)
+{
+    size_t len = 3;
+    for (const char *p = s; *p; p++)
+        len += *p == '\'' ? 4 : 1;
+    char *q = malloc(len), *o = q;
+    if (!q)
+        exit(EXIT_RUNTIME);
+    *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') {
+            memcpy(o, "'\\''", 4);
+            o += 4;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o++ = '\'';
+    *o = '\0';
+    return q;
+}
+
+/* argv for a rank started through a launcher template: the template's
+ * words ({host} replaced), then `env VARS... prog args...` — as one
+ * shell-quoted word after `cd DIR &&` when the launcher is ssh, whose
+ * remote side hands its arguments to a shell. */
+static char **launcher_argv(int r)
+{
+    const char *tmpl = opt.launcher ? opt.launcher : "ssh -T -o BatchMode=yes {host}";
+    const char *host = ranks[r].host >= 0 ? opt.hosts[ranks[r].host] : "localhost";
+    char **env = rank_env(r, 1);
+    size_t nenv = 0, nargs = 0, nwords = 0;
+    while (env[nenv])
+        nenv++;
+    while (opt.argv[nargs])
+        nargs++;
+    for (const char *p = tmpl; *p; p++)
+        nwords += !isspace((unsigned char)*p) && (p == tmpl || isspace((unsigned char)p[-1]));
+    char **v = calloc(nwords + nenv + nargs + 4, sizeof *v);
+    if (!v)
+        exit(EXIT_RUNTIME);
+    size_t n = 0;
+    char *copy = strdup(tmpl);
+    for (char *save = NULL, *w = strtok_r(copy, " \t", &save); w;
+         w = strtok_r(NULL, " \t", &save)) {
+        char *at = strstr(w, "{host}");
+        v[n++] = at ? xasprintf("%.*s%s%s", (int)(at - w), w, host, at + 6) : w;
+    }
+    const char *base = strrchr(v[0], '/');
+    base = base ? base + 1 : v[0];
+    if (strcmp(base, "ssh") == 0) {
+        char cwd[PATH_MAX];
+        char *cmd = xasprintf("cd %s && exec env", shell_quote(getcwd(cwd, sizeof cwd) ? cwd : "."));
+        for (size_t i = 0; i < nenv; i++)
+            cmd = xasprintf("%s %s", cmd, shell_quote(env[i]));
+        for (size_t i = 0; i < nargs; i++)
+            cmd = xasprintf("%s %s", cmd, shell_quote(opt.argv[i]));
+        v[n++] = cmd;
+    } else {
+        v[n++] = "env";
+        for (size_t i = 0; i < nenv; i++)
+            v[n++] = env[i];
+        for (size_t i = 0; i < nargs; i++)
+            v[n++] = opt.argv[i];
+    }
+    v[n] = NULL;
+    return v;
+}
+
+static void child_fail(const char *what, const char *arg)
+{
+    char msg[512];
+    int len = snprintf(msg, sizeof msg, "%s: %s %s: %s\n", prog_name, what, arg, strerror(errno));
+    if (len > 0)
+        write_all(2, msg, (size_t)len < sizeof msg ? (size_t)len : sizeof msg - 1);
+    _exit(127);
+}
+
+static void spawn_rank(int r)
+{
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        fprintf(stderr, "%s: pipe: %s\n", prog_name, strerror(errno));
+        exit(EXIT_RUNTIME);
+    }
+    int remote = opt.launcher || opt.hosts;
+    char **argv = remote ? launcher_argv(r) : opt.argv;
+    char **env = remote ? NULL : rank_env(r, 0);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "%s: fork: %s\n", prog_name, strerror(errno));
+        exit(EXIT_RUNTIME);
+    }
+    if (pid == 0) {
+        /* Own process group: we can kill the rank and everything it
+         * started (a launcher's children) with one kill(-pid). */
+        setpgid(0, 0);
+        /* If mpiv_run dies without cleaning up, the rank goes with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        for (int s = 1; s < NSIG; s++)
+            if (sigismember(&handled_signals, s) == 1)
+                signal(s, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
+        int null = open("/dev/null", O_RDONLY);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+            _exit(127);
+        if (null > 2)
+            close(null);
+        if (env)
+            for (char **e = env; *e; e++)
+                putenv(*e);
+        execvp(argv[0], argv);
+        child_fail("cannot execute", argv[0]);
+    }
+    setpgid(pid, pid); /* also here: no race with an early kill(-pid) */
+    close(out[1]);
+    close(err[1]);
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    ranks[r].pid = pid;
+    ranks[r].alive = 1;
+    ranks[r].out.fd = out[0];
+    ranks[r].out.out_fd = 1;
+    ranks[r].err.fd = err[0];
+    ranks[r].err.out_fd = 2;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the event loop                                                          */
+/* ---------------------------------------------------------------------- */
+
+static int exit_code;          /* first failure's status, 0 so far */
+static int terminating;        /* ranks have been told to stop */
+static uint64_t kill_at_ns;    /* when survivors get SIGKILL; 0: not armed */
+static int killed_hard;
+
+static void signal_all(int sig)
+{
+    for (int r = 0; r < nranks; r++)
+        if (ranks[r].pid > 0)
+            kill(-ranks[r].pid, sig); /* the group, even if its leader is reaped */
+}
+
+static void terminate_job(int sig)
+{
+    if (!terminating) {
+        terminating = 1;
+        kill_at_ns = util_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000ull;
+    }
+    signal_all(sig);
+}
+
+static int status_code(int st)
+{
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+        return 128 + WTERMSIG(st);
+    return 1;
+}
+
+static void rank_exited(int r, int st)
+{
+    ranks[r].alive = 0;
+    ranks[r].status = st;
+    /* a BYE it sent just before exiting may still sit in our socket */
+    if (client_of_rank[r])
+        client_read(client_of_rank[r]);
+    int bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    if (!ranks[r].said_bye) {
+        if (client_of_rank[r]) {
+            client_drop(client_of_rank[r]);
+            kvs_break("rank %d exited before the job finished starting", r);
+        } else if (bad || clients) {
+            kvs_break("rank %d exited before joining the exchange", r);
+        }
+    }
+    if (!bad || terminating)
+        return;
+    fflush(stdout);
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "%s: rank %d (pid %d) killed by signal %d (%s); terminating the job\n",
+                prog_name, r, (int)ranks[r].pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        fprintf(stderr, "%s: rank %d (pid %d) exited with status %d; terminating the job\n",
+                prog_name, r, (int)ranks[r].pid, WEXITSTATUS(st));
+    if (!exit_code)
+        exit_code = status_code(st);
+    terminate_job(SIGTERM);
+}
+
+static int reap(void)
+{
+    int alive = 0;
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0)
+            break;
+        for (int r = 0; r < nranks; r++)
+            if (ranks[r].pid == pid && ranks[r].alive)
+                rank_exited(r, st);
+    }
+    for (int r = 0; r < nranks; r++)
+        alive += ranks[r].alive;
+    return alive;
+}
+
+static int run_loop(int sfd)
+{
+    uint64_t deadline = opt.timeout_s ? util_now_ns() + (uint64_t)opt.timeout_s * 1000000000ull
+                                      : 0;
+    uint64_t drain_until = 0;
+    int timed_out = 0;
+    size_t cap = 2 + 2 * (size_t)nranks + MAX_PENDING_CLIENTS + (size_t)nranks;
+    struct pollfd *pfd = calloc(cap, sizeof *pfd);
+    void **what = calloc(cap, sizeof *what);
+    if (!pfd || !what)
+        exit(EXIT_RUNTIME);
+    int alive = nranks;
+    for (;;) {
+        int open_streams = 0;
+        for (int r = 0; r < nranks; r++)
+            open_streams += (ranks[r].out.fd >= 0) + (ranks[r].err.fd >= 0);
+        if (alive == 0 && open_streams == 0)
+            break;
+        uint64_t now = util_now_ns();
+        if (alive == 0 && !drain_until)
+            drain_until = now + DRAIN_MS * 1000000ull;
+        if (drain_until && now >= drain_until)
+            break; /* something the ranks started still holds their output */
+
+        if (deadline && now >= deadline && !timed_out) {
+            timed_out = 1;
+            fflush(stdout);
+            fprintf(stderr, "%s: the job timed out after %ld s (--timeout); terminating it\n",
+                    prog_name, opt.timeout_s);
+            terminate_job(SIGTERM);
+        }
+        if (kill_at_ns && now >= kill_at_ns && !killed_hard) {
+            killed_hard = 1;
+            signal_all(SIGKILL);
+        }
+
+        uint64_t wake = UINT64_MAX;
+        if (deadline && !timed_out)
+            wake = deadline;
+        if (kill_at_ns && !killed_hard && kill_at_ns < wake)
+            wake = kill_at_ns;
+        if (drain_until && drain_until < wake)
+            wake = drain_until;
+        int timeout_ms = -1;
+        if (wake != UINT64_MAX)
+            timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
+
+        size_t n = 0;
+        pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        what[n++] = NULL;
+        pfd[n] = (struct pollfd){.fd = kvs_fd, .events = POLLIN};
+        what[n++] = &kvs_fd;
+        for (int r = 0; r < nranks; r++) {
+            struct stream *ss[2] = {&ranks[r].out, &ranks[r].err};
+            for (int k = 0; k < 2; k++) {
+                if (ss[k]->fd < 0)
+                    continue;
+                pfd[n] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+                what[n++] = ss[k];
+            }
+        }
+        size_t first_client = n;
+        for (struct client *c = clients; c && n < cap; c = c->next) {
+            pfd[n] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+            what[n++] = c;
+        }
+        int got = poll(pfd, n, timeout_ms);
+        if (got < 0 && errno != EINTR) {
+            fprintf(stderr, "%s: poll: %s\n", prog_name, strerror(errno));
+            terminate_job(SIGKILL);
+            return EXIT_RUNTIME;
+        }
+        if (got <= 0)
+            continue;
+
+        /* output first, so that a rank's last words come before the
+         * message about its death */
+        for (size_t i = 2; i < first_client; i++) {
+            if (!pfd[i].revents)
+                continue;
+            struct stream *s = what[i];
+            int r = 0;
+            for (; r < nranks; r++)
+                if (s == &ranks[r].out || s == &ranks[r].err)
+                    break;
+            stream_read(r, s);
+        }
+        for (size_t i = first_client; i < n; i++) {
+            if (!pfd[i].revents)
+                continue;
+            /* a client may have been dropped by an earlier one's failure */
+            struct client *c = clients;
+            while (c && c != what[i])
+                c = c->next;
+            if (c)
+                client_read(c);
+        }
+        if (pfd[1].revents)
+            kvs_accept();
+        if (pfd[0].revents) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof si) == sizeof si) {
+                int sig = (int)si.ssi_signo;
+                if (sig == SIGCHLD)
+                    continue;
+                if (terminating && !killed_hard) {
+                    killed_hard = 1; /* asked twice: stop now */
+                    signal_all(SIGKILL);
+                } else {
+                    fflush(stdout);
+                    fprintf(stderr, "%s: got signal %d (%s); forwarding it to the ranks\n",
+                            prog_name, sig, strsignal(sig));
+                    terminate_job(sig);
+                    if (!exit_code)
+                        exit_code = 128 + sig;
+                }
+            }
+            alive = reap();
+        }
+    }
+    for (int r = 0; r < nranks; r++) {
+        stream_close(r, &ranks[r].out);
+        stream_close(r, &ranks[r].err);
+    }
+    free(pfd);
+    free(what);
+    if (timed_out)
+        return EXIT_TIMEOUT;
+    if (exit_code)
+        return exit_code;
+    for (int r = 0; r < nranks; r++)
+        if (status_code(ranks[r].status))
+            return status_code(ranks[r].status);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv, &opt);
+    nranks = (int)opt.nranks;
+    if (!opt.launcher && !opt.hosts)
+        check_program(opt.argv[0]);
+    ranks = calloc((size_t)nranks, sizeof *ranks);
+    client_of_rank = calloc((size_t)nranks, sizeof *client_of_rank);
+    if (!ranks || !client_of_rank) {
+        fprintf(stderr, "%s: out of memory for %d ranks\n", prog_name, nranks);
+        return EXIT_RUNTIME;
+    }
+    for (int r = 0; r < nranks; r++)
+        ranks[r].out.fd = ranks[r].err.fd = -1;
+    place_ranks();
+
+    /* Signals arrive through a signalfd, read by the event loop; the
+     * children get the old mask and default handlers back before exec. */
+    sigemptyset(&handled_signals);
+    sigaddset(&handled_signals, SIGCHLD);
+    sigaddset(&handled_signals, SIGINT);
+    sigaddset(&handled_signals, SIGTERM);
+    sigaddset(&handled_signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &handled_signals, &old_mask);
+    int sfd = signalfd(-1, &handled_signals, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        fprintf(stderr, "%s: signalfd: %s\n", prog_name, strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    make_secret();
+    const char *listen_on = opt.bind ? opt.bind : opt.hosts ? "0.0.0.0" : "127.0.0.1";
+    boot_port = kvs_listen(listen_on);
+    if (strcmp(listen_on, "0.0.0.0") != 0) {
+        snprintf(boot_host_default, sizeof boot_host_default, "%s", listen_on);
+    } else if (gethostname(boot_host_default, sizeof boot_host_default - 1) != 0) {
+        snprintf(boot_host_default, sizeof boot_host_default, "127.0.0.1");
+    }
+    if (opt.hosts) {
+        boot_host_of = calloc((size_t)opt.nhosts, sizeof *boot_host_of);
+        if (!boot_host_of)
+            return EXIT_RUNTIME;
+        for (int h = 0; h < opt.nhosts; h++) {
+            char a[INET_ADDRSTRLEN];
+            if (strcmp(listen_on, "0.0.0.0") == 0 && route_addr_to(opt.hosts[h], a, sizeof a))
+                boot_host_of[h] = strdup(a);
+            else
+                boot_host_of[h] = boot_host_default;
+        }
+    }
+
+    for (int r = 0; r < nranks; r++)
+        spawn_rank(r);
+    int rc = run_loop(sfd);
+    fflush(stdout);
+    return rc;
+}
