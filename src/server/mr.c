@@ -1,0 +1,249 @@
+/*
+ * mr.c — the memory registration cache behind srv_mr_get / srv_mr_put.
+ *
+ * Strategy (and why it stays correct when users free and reuse memory):
+ *
+ *  - An entry covers [start, end) and is found by its start address: a get
+ *    for (buf, len) is a hit when an entry starts at buf and ends at or
+ *    after buf + len. That is the case the protocol meets (the same buffer
+ *    sent or received again); sub-ranges of a cached region register anew.
+ *  - Entries are reference counted. While an entry is referenced an
+ *    operation on that memory is in flight, and the user may not free it
+ *    (MPI's rule for buffers of pending operations), so a referenced entry
+ *    is always valid. Concurrent gets of one buffer share one registration.
+ *  - What happens at refcount 0 depends on what a registration is:
+ *      * Backends whose registrations pin physical pages (verbs, and
+ *        libfabric providers over RDMA NICs) deregister at once. A cached
+ *        unreferenced entry would be the classic hazard: the user frees the
+ *        buffer, munmap returns the pages, a new mmap puts other pages at
+ *        the same address, and the cached registration still points the
+ *        NIC at the old ones — silent corruption. Catching that needs
+ *        munmap/brk interception or userfaultfd monitoring; we do neither.
+ *        The cost: a loop that sends one buffer, waits, and sends it again
+ *        registers it each time (a few µs per small buffer) unless the
+ *        operations overlap.
+ *      * Backends whose "registration" only names virtual addresses that
+ *        the provider resolves at transfer time (libfabric shm, tcp, udp,
+ *        sockets: ops->mr_pins() is false) keep up to SRV_MR_LRU_MAX
+ *        unreferenced entries in an LRU list. Such an entry cannot go
+ *        stale: after free and reuse the same address names the new
+ *        memory, which is what the new user registers it for; after
+ *        munmap a transfer fails (EFAULT) instead of writing anywhere.
+ *  - Keys are never reused (ofi hands out increasing keys when the provider
+ *    does not pick them), so a late RDMA write aimed at a deregistered
+ *    region is refused rather than landing in a newer one.
+ *  - Registration and deregistration are system calls: they run outside the
+ *    cache's spinlock. Two threads missing on one buffer at once may both
+ *    register; the loser deregisters its copy and takes the winner's.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_int.h"
+#include "util/spinlock.h"
+
+#define SRV_MR_BUCKETS 1024
+#define SRV_MR_LRU_MAX 64
+
+struct mr_ent {
+    srv_mr mr; /* first: a srv_mr * handed out is the entry */
+    void *handle;
+    uintptr_t start, end;
+    long refs;
+    struct mr_ent *hnext;              /* hash chain           */
+    struct mr_ent *lru_prev, *lru_next; /* while refs == 0      */
+};
+
+static struct {
+    struct srv_backend *be;
+    const struct srv_backend_ops *ops;
+    bool keep_unreferenced;
+    util_spinlock lock;
+    struct mr_ent *buckets[SRV_MR_BUCKETS];
+    struct mr_ent *lru_head, *lru_tail; /* head = most recently put */
+    int lru_len;
+    struct srv_mr_stats st;
+} C = {.lock = UTIL_SPINLOCK_INIT};
+
+static size_t bucket_of(uintptr_t start)
+{
+    uint64_t h = (uint64_t)start * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 54) % SRV_MR_BUCKETS;
+}
+
+static void lru_unlink(struct mr_ent *e)
+{
+    if (e->lru_prev)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        C.lru_head = e->lru_next;
+    if (e->lru_next)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        C.lru_tail = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+    C.lru_len--;
+}
+
+static void lru_push(struct mr_ent *e)
+{
+    e->lru_prev = NULL;
+    e->lru_next = C.lru_head;
+    if (C.lru_head)
+        C.lru_head->lru_prev = e;
+    else
+        C.lru_tail = e;
+    C.lru_head = e;
+    C.lru_len++;
+}
+
+static void hash_unlink(struct mr_ent *e)
+{
+    struct mr_ent **pp = &C.buckets[bucket_of(e->start)];
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    C.st.live--;
+}
+
+static struct mr_ent *lookup(uintptr_t start, uintptr_t end)
+{
+    for (struct mr_ent *e = C.buckets[bucket_of(start)]; e; e = e->hnext)
+        if (e->start == start && e->end >= end)
+            return e;
+    return NULL;
+}
+
+/* Takes a reference on e (lock held). */
+static void take(struct mr_ent *e)
+{
+    if (e->refs++ == 0 && C.keep_unreferenced)
+        lru_unlink(e);
+}
+
+int srv_mr_cache_init(struct srv_backend *be, const struct srv_backend_ops *ops)
+{
+    C.be = be;
+    C.ops = ops;
+    C.keep_unreferenced = !ops->mr_pins(be);
+    memset(C.buckets, 0, sizeof C.buckets);
+    C.lru_head = C.lru_tail = NULL;
+    C.lru_len = 0;
+    memset(&C.st, 0, sizeof C.st);
+    return MPIV_SUCCESS;
+}
+
+void srv_mr_cache_fini(void)
+{
+    for (size_t b = 0; b < SRV_MR_BUCKETS; b++) {
+        struct mr_ent *e = C.buckets[b];
+        while (e) {
+            struct mr_ent *next = e->hnext;
+            if (e->refs)
+                util_log_warn("server: registration of %p (%zu bytes) still referenced at "
+                              "finalize",
+                              (void *)e->start, (size_t)(e->end - e->start));
+            C.ops->mr_dereg(C.be, e->handle);
+            C.st.deregs++;
+            free(e);
+            e = next;
+        }
+        C.buckets[b] = NULL;
+    }
+    C.lru_head = C.lru_tail = NULL;
+    C.lru_len = 0;
+    C.st.live = 0;
+    C.be = NULL;
+}
+
+void srv_mr_cache_stats(struct srv_mr_stats *st)
+{
+    util_spin_lock(&C.lock);
+    *st = C.st;
+    util_spin_unlock(&C.lock);
+}
+
+int srv_mr_get(void *buf, size_t len, srv_mr **mr)
+{
+    if (!C.be)
+        return util_err(MPIV_ERR_STATE, "server: registration before srv_init");
+    if (!buf || !mr)
+        return util_err(MPIV_ERR_ARG, "srv_mr_get: NULL buffer or result");
+    if (len == 0)
+        len = 1; /* a zero-length region still needs a key */
+    uintptr_t start = (uintptr_t)buf, end = start + len;
+
+    util_spin_lock(&C.lock);
+    struct mr_ent *e = lookup(start, end);
+    if (e) {
+        take(e);
+        C.st.hits++;
+        util_spin_unlock(&C.lock);
+        *mr = &e->mr;
+        return MPIV_SUCCESS;
+    }
+    util_spin_unlock(&C.lock);
+
+    struct mr_ent *n = calloc(1, sizeof *n);
+    if (!n)
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for a registration");
+    int rc = C.ops->mr_reg(C.be, buf, len, &n->mr, &n->handle);
+    if (rc) {
+        free(n);
+        return rc;
+    }
+    n->start = start;
+    n->end = end;
+    n->refs = 1;
+
+    util_spin_lock(&C.lock);
+    C.st.regs++;
+    e = lookup(start, end);
+    if (e) { /* another thread registered it meanwhile: use theirs */
+        take(e);
+        C.st.hits++;
+        C.st.deregs++;
+        util_spin_unlock(&C.lock);
+        C.ops->mr_dereg(C.be, n->handle);
+        free(n);
+        *mr = &e->mr;
+        return MPIV_SUCCESS;
+    }
+    size_t b = bucket_of(start);
+    n->hnext = C.buckets[b];
+    C.buckets[b] = n;
+    C.st.live++;
+    util_spin_unlock(&C.lock);
+    *mr = &n->mr;
+    return MPIV_SUCCESS;
+}
+
+void srv_mr_put(srv_mr *mr)
+{
+    if (!mr)
+        return;
+    struct mr_ent *e = (struct mr_ent *)mr, *victim = NULL;
+    util_spin_lock(&C.lock);
+    if (e->refs <= 0)
+        util_fatal("srv_mr_put: registration of %p put more often than got", (void *)e->start);
+    if (--e->refs == 0) {
+        if (C.keep_unreferenced) {
+            lru_push(e);
+            if (C.lru_len > SRV_MR_LRU_MAX) {
+                victim = C.lru_tail;
+                lru_unlink(victim);
+                hash_unlink(victim);
+            }
+        } else {
+            victim = e;
+            hash_unlink(e);
+        }
+        if (victim)
+            C.st.deregs++;
+    }
+    util_spin_unlock(&C.lock);
+    if (victim) {
+        C.ops->mr_dereg(C.be, victim->handle);
+        free(victim);
+    }
+}

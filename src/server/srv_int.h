@@ -1,0 +1,148 @@
+/*
+ * srv_int.h — what the server core (server.c), the registration cache
+ * (mr.c) and the network backends (ofi.c, ibv.c) share. Nothing outside
+ * src/server/ includes it, except the server's own tests.
+ *
+ * A backend moves packets and bytes and reports what finished; it knows
+ * nothing of handlers, queues or threads. The core (server.c) owns those:
+ * it posts receives, retries what a backend could not take yet (SRV_AGAIN),
+ * and turns completions (struct srv_cqe) into handler calls and pool puts.
+ */
+#ifndef MPIV_SERVER_SRV_INT_H
+#define MPIV_SERVER_SRV_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pktpool/pktpool.h"
+#include "server/server.h"
+#include "util/util.h"
+
+/* A backend's "not now": its queue is full; the core queues and retries.
+ * Never returned to users. Distinct from every enum mpiv_error value. */
+#define SRV_AGAIN (-11)
+/* post_send's "done already": the data left with the call (libfabric
+ * inject, verbs inline without a completion) and the packet is free. */
+#define SRV_DONE 1
+
+/* An RDMA write in flight or waiting in the core's queue. `be` is backend
+ * scratch (libfabric's fi_context2 or verbs bookkeeping) and comes first so
+ * that a backend may use the op's address as its operation context
+ * (room for libfabric's 64-byte fi_context2). */
+struct srv_rdma_op {
+    void *be[8];
+    uintptr_t qnext; /* the core's send-queue link (tagged, see server.c) */
+    const void *buf;
+    size_t len;
+    void *desc;
+    int peer;
+    uint32_t imm;
+    uint64_t raddr;
+    uint64_t rkey;
+    srv_done_fn done;
+    void *ctx;
+};
+
+enum srv_cqe_kind {
+    SRV_CQE_SEND,  /* p was sent: give it back to the pool               */
+    SRV_CQE_RECV,  /* p arrived from src with len bytes                   */
+    SRV_CQE_WRITE, /* op's local buffer may be reused                     */
+    SRV_CQE_IMM,   /* len bytes from src landed with imm; p (if not NULL)
+                      is a receive packet the backend consumed to report it
+                      and that must be posted again                       */
+};
+
+/* One completion. err is MPIV_SUCCESS, or MPIV_ERR_NET / MPIV_ERR_PEER with
+ * the backend having logged what and which peer. */
+struct srv_cqe {
+    enum srv_cqe_kind kind;
+    int err;
+    int src;
+    uint32_t imm;
+    size_t len;
+    pkt_t *p;
+    struct srv_rdma_op *op;
+};
+
+struct srv_backend;
+
+/* The one interface every backend implements. Return codes are
+ * MPIV_SUCCESS, SRV_AGAIN (post_* and rdma_write_imm only) or an
+ * enum mpiv_error with a detail recorded by util_err.
+ * post_send, rdma_write_imm, mr_reg and mr_dereg may be called from any
+ * thread at once; post_recv and poll only from the thread holding the
+ * core's progress lock. */
+struct srv_backend_ops {
+    const char *name;
+    /* Opens the device/fabric for a job of `size` ranks; sets *be. */
+    int (*init)(const struct util_config *cfg, int rank, int size, struct srv_backend **be);
+    /* Swaps addresses with every rank (collective, via srv_boot_allgather)
+     * and connects. After it, any rank may be posted to. */
+    int (*exchange)(struct srv_backend *be);
+    /* Registers the pool's packet region (before exchange and any post);
+     * receives are posted for pkt_data_size(pool) bytes. */
+    int (*reg_pool)(struct srv_backend *be, struct pkt_pool *pool);
+    /* Sends p->len bytes of p->data; MPIV_SUCCESS (a SRV_CQE_SEND follows),
+     * SRV_DONE (none follows: the packet is free now) or SRV_AGAIN. */
+    int (*post_send)(struct srv_backend *be, pkt_t *p, int peer);
+    int (*post_recv)(struct srv_backend *be, pkt_t *p);
+    int (*rdma_write_imm)(struct srv_backend *be, struct srv_rdma_op *op);
+    /* Registers [buf, buf+len) for local use and remote writes; fills the
+     * srv_mr (rkey, raddr, base, desc) and *handle (for mr_dereg). */
+    int (*mr_reg)(struct srv_backend *be, void *buf, size_t len, srv_mr *mr, void **handle);
+    void (*mr_dereg)(struct srv_backend *be, void *handle);
+    /* Reads up to max completions into ev; returns how many (>= 0) or a
+     * negative enum mpiv_error for a failure of the backend itself. */
+    int (*poll)(struct srv_backend *be, struct srv_cqe *ev, int max);
+    /* Whether a registration pins pages (true) or merely names virtual
+     * addresses that the provider resolves at transfer time (false); the
+     * cache keeps unreferenced registrations only in the second case. */
+    bool (*mr_pins)(struct srv_backend *be);
+    void (*finalize)(struct srv_backend *be);
+};
+
+extern const struct srv_backend_ops srv_ofi_ops;
+extern const struct srv_backend_ops srv_ibv_ops;
+
+/* Whether a verbs device is present (MPIV_NET=auto). */
+bool srv_ibv_available(void);
+
+/* --- registration cache (mr.c) ----------------------------------------- */
+int srv_mr_cache_init(struct srv_backend *be, const struct srv_backend_ops *ops);
+void srv_mr_cache_fini(void);
+/* Statistics for tests and benchmarks. */
+struct srv_mr_stats {
+    uint64_t regs;    /* backend registrations made                     */
+    uint64_t deregs;  /* backend deregistrations made                   */
+    uint64_t hits;    /* srv_mr_get served from the cache               */
+    uint64_t live;    /* entries held now (referenced or not)           */
+};
+void srv_mr_cache_stats(struct srv_mr_stats *st);
+
+/* --- the core's knobs and counters (tests, benchmarks) ------------------ */
+
+/* Idle backoff of the server thread: spin (then yield as long again) for
+ * spin_ns, then sleep in doubling steps up to max_sleep_ns. */
+void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns);
+/* Counted by whoever holds the progress lock; read them when quiet. */
+struct srv_stats {
+    uint64_t recvs, sends_done, writes_done, imms;
+    uint64_t queued_posted; /* operations that waited in the send queue */
+    uint64_t sleeps;        /* times the idle server slept              */
+};
+void srv_get_stats(struct srv_stats *st);
+/* "ofi", "ibv", or "none" before srv_init. */
+const char *srv_backend_name(void);
+
+/* --- helpers shared by the backends ------------------------------------ */
+
+/* Gathers every rank's hostname and says whether all are equal. */
+int srv_all_on_one_host(bool *one_host);
+
+/* The core this rank's server runs on by default: the last core of this
+ * rank's share when `local_ranks` ranks split `ncores` cores evenly. */
+int srv_default_core(int ncores, int local_ranks, int local_rank);
+
+#endif

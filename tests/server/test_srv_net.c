@@ -1,0 +1,329 @@
+/*
+ * test_srv_net.c — the server over a real network, no ULTs: plain pthreads
+ * and handlers. Runs as one rank (it then talks to itself through the
+ * backend) or as N ranks under mpiv_run; every rank runs the same steps.
+ *
+ *  - ping-pong: every rank pings every rank (itself included) with packets
+ *    of several sizes (inject-sized and not); the PING handler turns the
+ *    packet around from the server thread; checks sources and payloads;
+ *  - ordering: a burst far beyond the backend's queue depth, so sends wait
+ *    in the server's queue; per-source sequence numbers must arrive in order;
+ *  - RDMA write with immediate (64 KiB and 0 bytes) into every rank's
+ *    registered buffer; imm, source and length are checked by the handler,
+ *    the data after a barrier;
+ *  - registration cache: one registration for two gets, correct data after
+ *    free and reuse of the same addresses, a bounded number of live entries.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "srv_test_common.h"
+
+enum { T_PING = 1, T_PONG = 2, T_SEQ = 3 };
+
+struct msg {
+    uint8_t type;
+    uint8_t pad[3];
+    int32_t from;
+    uint32_t seq;
+    uint32_t size; /* bytes of the whole packet */
+};
+
+static atomic_long pongs, seq_got, bad;
+static uint32_t *next_seq; /* per source, touched by handlers only */
+
+static void fill(pkt_t *p, int type, uint32_t seq, uint32_t size)
+{
+    struct msg m = {.type = (uint8_t)type, .from = st_rank, .seq = seq, .size = size};
+    memcpy(p->data, &m, sizeof m);
+    for (uint32_t i = sizeof m; i < size; i++)
+        p->data[i] = (unsigned char)(seq * 7 + i);
+    p->len = size;
+}
+
+static int check(pkt_t *p, struct msg *m)
+{
+    memcpy(m, p->data, sizeof *m);
+    if (p->len != m->size || p->len < sizeof *m)
+        return 0;
+    for (uint32_t i = sizeof *m; i < m->size; i++)
+        if (p->data[i] != (unsigned char)(m->seq * 7 + i))
+            return 0;
+    return 1;
+}
+
+static void on_ping(pkt_t *p)
+{
+    struct msg m;
+    if (!check(p, &m) || m.from != p->peer) {
+        atomic_fetch_add(&bad, 1);
+        pkt_put_server(st_pool, p);
+        return;
+    }
+    p->data[0] = T_PONG;
+    m.from = st_rank;
+    memcpy(&((struct msg *)(void *)p->data)->from, &m.from, sizeof m.from);
+    if (srv_send(p, p->peer) != MPIV_SUCCESS)
+        atomic_fetch_add(&bad, 1);
+}
+
+static void on_pong(pkt_t *p)
+{
+    struct msg m;
+    if (!check(p, &m) || m.from != p->peer)
+        atomic_fetch_add(&bad, 1);
+    atomic_fetch_add(&pongs, 1);
+    pkt_put_server(st_pool, p);
+}
+
+static void on_seq(pkt_t *p)
+{
+    struct msg m;
+    if (!check(p, &m) || m.from != p->peer || m.seq != next_seq[p->peer])
+        atomic_fetch_add(&bad, 1);
+    next_seq[p->peer] = m.seq + 1;
+    atomic_fetch_add(&seq_got, 1);
+    pkt_put_server(st_pool, p);
+}
+
+/* --- RDMA ---------------------------------------------------------------- */
+
+#define SEG (64 * 1024)
+static atomic_long imms_got, writes_done;
+
+static void on_imm(uint32_t imm, int src, size_t len)
+{
+    uint32_t kind = imm >> 28, from = imm & 0xffffff;
+    if ((int)from != src || (kind == 0xA && len != SEG) || (kind == 0xB && len != 0) ||
+        (kind != 0xA && kind != 0xB && kind != 0xC))
+        atomic_fetch_add(&bad, 1);
+    atomic_fetch_add(&imms_got, 1);
+}
+
+static void on_done(void *ctx, int err)
+{
+    if (err || ctx != (void *)&writes_done)
+        atomic_fetch_add(&bad, 1);
+    atomic_fetch_add(&writes_done, 1);
+}
+
+struct remote {
+    uint64_t raddr, rkey, base;
+};
+
+/* --- fixture ------------------------------------------------------------- */
+
+static void setup(void)
+{
+    st_up();
+    next_seq = calloc((size_t)st_size, sizeof *next_seq);
+    srv_set_handler(T_PING, on_ping);
+    srv_set_handler(T_PONG, on_pong);
+    srv_set_handler(T_SEQ, on_seq);
+    srv_set_imm_handler(on_imm);
+    st_start();
+    ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
+}
+
+static void teardown(void)
+{
+    st_down();
+    free(next_seq);
+}
+
+/* --- tests --------------------------------------------------------------- */
+
+START_TEST(test_ping_pong)
+{
+    const uint32_t sizes[] = {sizeof(struct msg), 100, 2000, 5000,
+                              (uint32_t)pkt_data_size(st_pool)};
+    const int iters = 50;
+    long expect = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int i = 0; i < iters; i++) {
+            for (int peer = 0; peer < st_size; peer++) {
+                pkt_t *p = st_get_pkt();
+                fill(p, T_PING, (uint32_t)i, sizes[s]);
+                ck_assert_int_eq(srv_send(p, peer), MPIV_SUCCESS);
+                expect++;
+            }
+            ST_WAIT(atomic_load(&pongs) == expect, 20, "rank %d: %ld of %ld pongs (size %u)",
+                    st_rank, atomic_load(&pongs), expect, sizes[s]);
+        }
+    }
+    ck_assert_int_eq(atomic_load(&bad), 0);
+    /* Errors are errors, not queued: bad ranks. */
+    pkt_t *p = st_get_pkt();
+    ck_assert_int_eq(srv_send(p, st_size), MPIV_ERR_RANK);
+    ck_assert_int_eq(srv_send(p, -1), MPIV_ERR_RANK);
+    pkt_put(st_pool, -1, p);
+    ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
+}
+END_TEST
+
+START_TEST(test_order_burst)
+{
+    const int n = 3000;
+    uint32_t big = (uint32_t)pkt_data_size(st_pool);
+    for (int i = 0; i < n; i++) {
+        for (int peer = 0; peer < st_size; peer++) {
+            pkt_t *p = st_get_pkt();
+            fill(p, T_SEQ, (uint32_t)i, i % 3 == 0 ? big : 64);
+            ck_assert_int_eq(srv_send(p, peer), MPIV_SUCCESS);
+        }
+    }
+    ST_WAIT(atomic_load(&seq_got) == (long)n * st_size, 25, "rank %d: %ld of %ld in order",
+            st_rank, atomic_load(&seq_got), (long)n * st_size);
+    ck_assert_int_eq(atomic_load(&bad), 0);
+    ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
+}
+END_TEST
+
+START_TEST(test_rdma_write_imm)
+{
+    size_t total = (size_t)SEG * (size_t)st_size;
+    unsigned char *dst = calloc(1, total), *src = malloc(SEG);
+    for (int i = 0; i < SEG; i++)
+        src[i] = (unsigned char)(st_rank * 31 + i * 3);
+    srv_mr *dmr, *smr;
+    ck_assert_int_eq(srv_mr_get(dst, total, &dmr), MPIV_SUCCESS);
+    ck_assert_int_eq(srv_mr_get(src, SEG, &smr), MPIV_SUCCESS);
+    ck_assert_uint_eq(dmr->base, (uintptr_t)dst);
+
+    struct remote mine = {dmr->raddr, dmr->rkey, dmr->base}, *all = calloc((size_t)st_size, sizeof mine);
+    ck_assert_int_eq(srv_boot_allgather(&mine, sizeof mine, all), MPIV_SUCCESS);
+
+    for (int peer = 0; peer < st_size; peer++) {
+        uint64_t raddr = all[peer].raddr + (uint64_t)SEG * (uint64_t)st_rank;
+        ck_assert_int_eq(srv_rdma_write_imm(src, SEG, smr, peer, raddr, all[peer].rkey,
+                                            0xA0000000u | (uint32_t)st_rank, on_done,
+                                            &writes_done),
+                         MPIV_SUCCESS);
+        ck_assert_int_eq(srv_rdma_write_imm(src, 0, smr, peer, raddr, all[peer].rkey,
+                                            0xB0000000u | (uint32_t)st_rank, on_done,
+                                            &writes_done),
+                         MPIV_SUCCESS);
+    }
+    ST_WAIT(atomic_load(&writes_done) == 2L * st_size && atomic_load(&imms_got) == 2L * st_size,
+            20, "rank %d: %ld writes done, %ld immediates", st_rank, atomic_load(&writes_done),
+            atomic_load(&imms_got));
+    ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
+    for (int r = 0; r < st_size; r++)
+        for (int i = 0; i < SEG; i++)
+            ck_assert_msg(dst[(size_t)r * SEG + (size_t)i] == (unsigned char)(r * 31 + i * 3),
+                          "byte %d from rank %d", i, r);
+    ck_assert_int_eq(atomic_load(&bad), 0);
+    srv_mr_put(smr);
+    srv_mr_put(dmr);
+    free(all);
+    free(src);
+    free(dst);
+    atomic_store(&writes_done, 0);
+    atomic_store(&imms_got, 0);
+}
+END_TEST
+
+START_TEST(test_mr_cache_once)
+{
+    char *buf = malloc(1 << 20);
+    struct srv_mr_stats a, b;
+    srv_mr_cache_stats(&a);
+    srv_mr *m1, *m2, *m3;
+    ck_assert_int_eq(srv_mr_get(buf, 1 << 20, &m1), MPIV_SUCCESS);
+    ck_assert_int_eq(srv_mr_get(buf, 1 << 20, &m2), MPIV_SUCCESS);
+    ck_assert_int_eq(srv_mr_get(buf, 4096, &m3), MPIV_SUCCESS); /* a prefix */
+    srv_mr_cache_stats(&b);
+    ck_assert_ptr_eq(m1, m2);
+    ck_assert_ptr_eq(m1, m3);
+    ck_assert_uint_eq(b.regs - a.regs, 1);
+    ck_assert_uint_eq(b.hits - a.hits, 2);
+    srv_mr_put(m1);
+    srv_mr_put(m2);
+    srv_mr_put(m3);
+    srv_mr_cache_stats(&b);
+    /* released: either cached (non-pinning backend) or deregistered */
+    ck_assert_uint_eq(b.live - a.live, (b.deregs - a.deregs) ? 0 : 1);
+    free(buf);
+
+    /* a bounded number of unreferenced entries stay */
+    enum { N = 200 };
+    char *bufs[N];
+    for (int i = 0; i < N; i++) {
+        bufs[i] = malloc(1000);
+        ck_assert_int_eq(srv_mr_get(bufs[i], 1000, &m1), MPIV_SUCCESS);
+        srv_mr_put(m1);
+    }
+    srv_mr_cache_stats(&b);
+    ck_assert_uint_le(b.live, 64 + 1 + a.live);
+    for (int i = 0; i < N; i++)
+        free(bufs[i]);
+}
+END_TEST
+
+/* Free and reuse: big buffers come from mmap and go back with munmap, so
+ * the next one usually sits at the same address over new pages. Each round
+ * writes a new pattern through whatever registration the cache hands out;
+ * the new buffer must see it. */
+START_TEST(test_mr_free_reuse)
+{
+    const size_t len = 256 * 1024;
+    unsigned char *src = malloc(len);
+    srv_mr *smr, *dmr;
+    ck_assert_int_eq(srv_mr_get(src, len, &smr), MPIV_SUCCESS);
+    struct srv_mr_stats a, b;
+    srv_mr_cache_stats(&a);
+    int same_addr = 0;
+    void *prev = NULL;
+    for (int round = 0; round < 40; round++) {
+        unsigned char *dst = malloc(len);
+        memset(dst, 0, len);
+        same_addr += dst == prev;
+        prev = dst;
+        memset(src, round + 1, len);
+        ck_assert_int_eq(srv_mr_get(dst, len, &dmr), MPIV_SUCCESS);
+        long w0 = atomic_load(&writes_done), i0 = atomic_load(&imms_got);
+        uint64_t raddr = dmr->raddr + ((uintptr_t)dst - dmr->base);
+        ck_assert_int_eq(srv_rdma_write_imm(src, len, smr, st_rank, raddr, dmr->rkey,
+                                            0xC0000000u | (uint32_t)st_rank, on_done,
+                                            &writes_done),
+                         MPIV_SUCCESS);
+        ST_WAIT(atomic_load(&writes_done) == w0 + 1 && atomic_load(&imms_got) == i0 + 1, 10,
+                "round %d: write to self did not complete", round);
+        for (size_t i = 0; i < len; i += 997)
+            ck_assert_msg(dst[i] == (unsigned char)(round + 1), "round %d byte %zu: %u", round,
+                          i, dst[i]);
+        ck_assert_int_eq(dst[len - 1], (unsigned char)(round + 1));
+        srv_mr_put(dmr);
+        free(dst);
+    }
+    srv_mr_cache_stats(&b);
+    util_log_info("free/reuse: %d of 40 rounds at the same address, %llu registrations",
+                  same_addr, (unsigned long long)(b.regs - a.regs));
+    srv_mr_put(smr);
+    free(src);
+    ck_assert_int_eq(atomic_load(&bad), 0);
+    atomic_store(&writes_done, 0);
+    atomic_store(&imms_got, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("server_net");
+    TCase *tc = tcase_create("net");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_ping_pong);
+    tcase_add_test(tc, test_order_burst);
+    tcase_add_test(tc, test_rdma_write_imm);
+    tcase_add_test(tc, test_mr_cache_once);
+    tcase_add_test(tc, test_mr_free_reuse);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    /* One process holds the network endpoint: no fork per test. */
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
