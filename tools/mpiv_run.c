@@ -727,7 +727,8 @@ static int client_parse(struct client *c)
             kvs_break("mpiv_run is out of memory");
             return 1;
         }
-        memcpy(c->pending_data, c->in + 8, len);
+        if (len)
+            memcpy(c->pending_data, c->in + 8, len);
         c->pending_len = len;
         c->pending = 1;
         memmove(c->in, c->in + 8 + len, c->in_used - 8 - len);
@@ -822,18 +823,44 @@ static char boot_host_default[64];
 static int boot_port;
 static char **boot_host_of; /* per -H host: the address it connects to */
 
+/* Everything built for one rank's command line and environment is noted
+ * here and freed once the rank is forked. */
+static void **scratch;
+static size_t nscratch, scratch_cap;
+
+static void *keep(void *p)
+{
+    if (!p || nscratch == scratch_cap) {
+        size_t cap = scratch_cap ? 2 * scratch_cap : 64;
+        void **v = p ? realloc(scratch, cap * sizeof *v) : NULL;
+        if (!v) {
+            fprintf(stderr, "%s: out of memory\n", prog_name);
+            exit(EXIT_RUNTIME);
+        }
+        scratch = v;
+        scratch_cap = cap;
+    }
+    scratch[nscratch++] = p;
+    return p;
+}
+
+static void scratch_free(void)
+{
+    for (size_t i = 0; i < nscratch; i++)
+        free(scratch[i]);
+    nscratch = 0;
+}
+
 static char *xasprintf(const char *fmt, ...) UTIL_PRINTF(1, 2);
 static char *xasprintf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0) {
-        fprintf(stderr, "%s: out of memory\n", prog_name);
-        exit(EXIT_RUNTIME);
-    }
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
     va_end(ap);
-    return s;
+    return keep(s);
 }
 
 /* The rank's own variables as NAME=VALUE strings, NULL-terminated; with
@@ -846,9 +873,7 @@ static char **rank_env(int r, int all_mpiv)
     if (all_mpiv)
         for (char **e = environ; *e; e++)
             cap++;
-    char **v = calloc(cap, sizeof *v);
-    if (!v)
-        exit(EXIT_RUNTIME);
+    char **v = keep(calloc(cap, sizeof *v));
     size_t n = 0;
     const char *host = ranks[r].host >= 0 ? boot_host_of[ranks[r].host] : boot_host_default;
     static const char *ours[] = {"MPIV_BOOT_ADDR=", "MPIV_JOB_SECRET=", "MPIV_RANK=",
@@ -890,9 +915,7 @@ static char *shell_quote(const char *s)
     size_t len = 3;
     for (const char *p = s; *p; p++)
         len += *p == '\'' ? 4 : 1;
-    char *q = malloc(len), *o = q;
-    if (!q)
-        exit(EXIT_RUNTIME);
+    char *q = keep(malloc(len)), *o = q;
     *o++ = '\'';
     for (const char *p = s; *p; p++) {
         if (*p == '\'') {
@@ -923,11 +946,9 @@ static char **launcher_argv(int r)
         nargs++;
     for (const char *p = tmpl; *p; p++)
         nwords += !isspace((unsigned char)*p) && (p == tmpl || isspace((unsigned char)p[-1]));
-    char **v = calloc(nwords + nenv + nargs + 4, sizeof *v);
-    if (!v)
-        exit(EXIT_RUNTIME);
+    char **v = keep(calloc(nwords + nenv + nargs + 4, sizeof *v));
     size_t n = 0;
-    char *copy = strdup(tmpl);
+    char *copy = keep(strdup(tmpl));
     for (char *save = NULL, *w = strtok_r(copy, " \t", &save); w;
          w = strtok_r(NULL, " \t", &save)) {
         char *at = strstr(w, "{host}");
@@ -1005,6 +1026,7 @@ static void spawn_rank(int r)
         child_fail("cannot execute", argv[0]);
     }
     setpgid(pid, pid); /* also here: no race with an early kill(-pid) */
+    scratch_free();
     close(out[1]);
     close(err[1]);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
@@ -1290,5 +1312,22 @@ int main(int argc, char **argv)
         spawn_rank(r);
     int rc = run_loop(sfd);
     fflush(stdout);
+
+    while (clients)
+        client_drop(clients);
+    free(scratch);
+    free(client_of_rank);
+    free(ranks);
+    if (boot_host_of)
+        for (int h = 0; h < opt.nhosts; h++)
+            if (boot_host_of[h] != boot_host_default)
+                free(boot_host_of[h]);
+    free(boot_host_of);
+    if (opt.hosts)
+        free(opt.hosts[0]); /* the split copy of the -H list */
+    free(opt.hosts);
+    free(opt.xvars);
+    close(kvs_fd);
+    close(sfd);
     return rc;
 }

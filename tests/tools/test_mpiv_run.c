@@ -1,0 +1,401 @@
+/* Tests of tools/mpiv_run: job variables, -x, --tag-output, exit status,
+ * a rank killed with SIGKILL, signal forwarding, --timeout, placement over
+ * -H hosts through a launcher template, and bad command lines. */
+#include <check.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tools/run_cmd.h"
+
+#define PROBE_NAME "mpiv_tool_probe"
+
+static struct run_result mpiv_run(char *const args[])
+{
+    char *argv[32] = {MPIV_RUN};
+    int n = 1;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return run_cmd(argv, 25);
+}
+
+#define RUN(...) mpiv_run((char *const[]){__VA_ARGS__, NULL})
+#define EXPECT_CODE(r, code)                                                     \
+    ck_assert_msg(run_code(&(r)) == (code), "exit %d, expected %d; output:\n%s", \
+                  run_code(&(r)), (code), (r).out)
+#define EXPECT_OUT(r, s) ck_assert_msg(strstr((r).out, (s)), "no '%s' in:\n%s", (s), (r).out)
+
+/* Processes (not zombies) whose command name is PROBE_NAME. */
+static int count_probes(void)
+{
+    DIR *d = opendir("/proc");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *close = strrchr(buf, ')');
+        if (strstr(buf, "(" PROBE_NAME ")") && close && close[1] == ' ' && close[2] != 'Z')
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int probe_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    char *close = strrchr(buf, ')');
+    return !strstr(buf, "(" PROBE_NAME ")") || (close && close[2] == 'Z');
+}
+
+START_TEST(job_variables_1_2_4_ranks)
+{
+    static const char *ns[] = {"1", "2", "4"};
+    for (int k = 0; k < 3; k++) {
+        struct run_result r = RUN("-n", (char *)ns[k], PROBE, "env");
+        EXPECT_CODE(r, 0);
+        int n = atoi(ns[k]);
+        for (int i = 0; i < n; i++) {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "rank=%d size=%d local_rank=%d local_size=%d addr=127.0.0.1:", i, n, i, n);
+            EXPECT_OUT(r, want);
+        }
+        ck_assert_int_eq(count_str(r.out, "secret_len=64"), n);
+        free(r.out);
+    }
+}
+END_TEST
+
+START_TEST(x_forwards_variables)
+{
+    setenv("MPIV_TEST_COPIED", "from-parent", 1);
+    unsetenv("MPIV_TEST_NOT_SET");
+    struct run_result r = RUN("-n", "2", "-x", "MPIV_TEST_SET=a b=c", "-x", "MPIV_TEST_COPIED",
+                              "-x", "MPIV_TEST_NOT_SET", PROBE, "env", "MPIV_TEST_SET",
+                              "MPIV_TEST_COPIED", "MPIV_TEST_NOT_SET");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_SET=a b=c "), 2);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_COPIED=from-parent "), 2);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_NOT_SET=(unset)"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* Every line arrives whole and tagged although each is written in pieces
+ * and four ranks write at once. */
+START_TEST(tag_output_keeps_lines_whole)
+{
+    struct run_result r = RUN("-n", "4", "--tag-output", PROBE, "lines", "200");
+    EXPECT_CODE(r, 0);
+    int lines = 0;
+    for (char *save = NULL, *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        int tag, rank, num;
+        char end[8] = "";
+        if (strstr(l, "stderr of rank")) {
+            ck_assert_msg(sscanf(l, "[%d] stderr of rank %d", &tag, &rank) == 2 && tag == rank,
+                          "bad line: %s", l);
+            continue;
+        }
+        ck_assert_msg(sscanf(l, "[%d] line rank=%d n=%d %*s %7s", &tag, &rank, &num, end) == 4,
+                      "bad line: %s", l);
+        ck_assert_int_eq(tag, rank);
+        ck_assert_str_eq(end, "end");
+        ck_assert_uint_eq(strlen(l), strlen("[0] line rank=0 n= ") + 200 + 4 +
+                                         (size_t)snprintf(NULL, 0, "%d", num));
+        lines++;
+    }
+    ck_assert_int_eq(lines, 800);
+    free(r.out);
+}
+END_TEST
+
+START_TEST(untagged_output_is_plain)
+{
+    struct run_result r = RUN("-n", "2", PROBE, "lines", "3");
+    EXPECT_CODE(r, 0);
+    ck_assert_ptr_null(strstr(r.out, "[0]"));
+    ck_assert_int_eq(count_str(r.out, " end\n"), 6);
+    free(r.out);
+}
+END_TEST
+
+START_TEST(first_failure_status_is_propagated)
+{
+    struct run_result r = RUN("-n", "3", PROBE, "exit", "1", "5");
+    EXPECT_CODE(r, 5);
+    EXPECT_OUT(r, "mpiv_run: rank 1 (pid ");
+    EXPECT_OUT(r, "exited with status 5; terminating the job");
+    ck_assert_msg(r.seconds < 5, "took %.1f s", r.seconds);
+    free(r.out);
+    ck_assert_int_eq(count_probes(), 0);
+}
+END_TEST
+
+/* The job's processes as printed by "sleep" ranks: waits until all n have
+ * printed their pid into the output file. */
+static int read_pids(int fd, pid_t *pids, int n, double timeout)
+{
+    double t0 = run_now();
+    while (run_now() - t0 < timeout) {
+        char buf[8192];
+        ssize_t len = pread(fd, buf, sizeof buf - 1, 0);
+        buf[len > 0 ? len : 0] = '\0';
+        int got = 0;
+        for (char *p = buf; (p = strstr(p, "pid=")); p += 4) {
+            int pid, rank;
+            if (sscanf(p, "pid=%d rank=%d", &pid, &rank) == 2 && rank >= 0 && rank < n) {
+                pids[rank] = pid;
+                got++;
+            }
+        }
+        if (got == n)
+            return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+struct bg {
+    pid_t pid;
+    int fd;
+};
+
+static struct bg start_bg(char *const argv[])
+{
+    struct bg b;
+    char path[] = "/tmp/mpiv_run_test_XXXXXX";
+    b.fd = mkstemp(path);
+    ck_assert_int_ge(b.fd, 0);
+    unlink(path);
+    b.pid = fork();
+    if (b.pid == 0) {
+        dup2(b.fd, 1);
+        dup2(b.fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    ck_assert_int_gt(b.pid, 0);
+    return b;
+}
+
+/* Waits for the background mpiv_run; returns its wait status, or -1 after
+ * `timeout` seconds (then kills it). */
+static int wait_bg(struct bg *b, double timeout, double *took)
+{
+    double t0 = run_now();
+    int st;
+    for (;;) {
+        if (waitpid(b->pid, &st, WNOHANG) == b->pid)
+            break;
+        if (run_now() - t0 > timeout) {
+            kill(b->pid, SIGKILL);
+            waitpid(b->pid, &st, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    *took = run_now() - t0;
+    return st;
+}
+
+static char *bg_output(struct bg *b)
+{
+    static char buf[16384];
+    ssize_t len = pread(b->fd, buf, sizeof buf - 1, 0);
+    buf[len > 0 ? len : 0] = '\0';
+    return buf;
+}
+
+START_TEST(kill_9_of_one_rank_ends_the_job)
+{
+    struct bg b = start_bg((char *const[]){MPIV_RUN, "-n", "4", PROBE, "sleep", "60", NULL});
+    pid_t pids[4];
+    ck_assert_msg(read_pids(b.fd, pids, 4, 10), "ranks did not start:\n%s", bg_output(&b));
+    ck_assert_int_eq(kill(pids[2], SIGKILL), 0);
+    double took = 0;
+    int st = wait_bg(&b, 10, &took);
+    ck_assert_msg(st != -1, "mpiv_run did not exit:\n%s", bg_output(&b));
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 128 + 9, "status %#x:\n%s", st,
+                  bg_output(&b));
+    ck_assert_msg(took < 5, "took %.1f s", took);
+    char want[96];
+    snprintf(want, sizeof want, "mpiv_run: rank 2 (pid %d) killed by signal 9 (Killed); "
+             "terminating the job", (int)pids[2]);
+    ck_assert_msg(strstr(bg_output(&b), want), "no '%s' in:\n%s", want, bg_output(&b));
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(probe_gone(pids[i]), "rank %d (pid %d) is still there", i, (int)pids[i]);
+    ck_assert_int_eq(count_probes(), 0);
+    close(b.fd);
+}
+END_TEST
+
+START_TEST(sigterm_is_forwarded)
+{
+    struct bg b = start_bg((char *const[]){MPIV_RUN, "-n", "2", "--tag-output", PROBE, "trap",
+                                           NULL});
+    double t0 = run_now();
+    while (count_str(bg_output(&b), "ready rank=") < 2 && run_now() - t0 < 10)
+        usleep(10000);
+    ck_assert_int_eq(kill(b.pid, SIGTERM), 0);
+    double took = 0;
+    int st = wait_bg(&b, 10, &took);
+    ck_assert_msg(st != -1, "mpiv_run did not exit:\n%s", bg_output(&b));
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGTERM, "status %#x:\n%s", st,
+                  bg_output(&b));
+    ck_assert_msg(strstr(bg_output(&b), "[0] rank 0 got SIGTERM: yes"), "%s", bg_output(&b));
+    ck_assert_msg(strstr(bg_output(&b), "[1] rank 1 got SIGTERM: yes"), "%s", bg_output(&b));
+    ck_assert_msg(strstr(bg_output(&b), "forwarding it to the ranks"), "%s", bg_output(&b));
+    close(b.fd);
+}
+END_TEST
+
+START_TEST(timeout_kills_the_job)
+{
+    struct run_result r = RUN("-n", "2", "--timeout", "1", PROBE, "sleep", "30");
+    EXPECT_CODE(r, 124);
+    EXPECT_OUT(r, "timed out after 1 s");
+    ck_assert_msg(r.seconds < 5, "took %.1f s", r.seconds);
+    free(r.out);
+    ck_assert_int_eq(count_probes(), 0);
+}
+END_TEST
+
+/* -H through a launcher template that runs the rank here: placement and
+ * local ranks per host, round robin and in blocks. */
+START_TEST(hosts_round_robin_and_block)
+{
+    struct run_result r = RUN("-n", "4", "-H", "hosta,hostb", "--launcher",
+                              "env MPIV_TEST_HOST={host}", PROBE, "env", "MPIV_TEST_HOST");
+    EXPECT_CODE(r, 0);
+    EXPECT_OUT(r, "rank=0 size=4 local_rank=0 local_size=2");
+    EXPECT_OUT(r, "rank=1 size=4 local_rank=0 local_size=2");
+    EXPECT_OUT(r, "rank=2 size=4 local_rank=1 local_size=2");
+    EXPECT_OUT(r, "rank=3 size=4 local_rank=1 local_size=2");
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_HOST=hosta"), 2);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_HOST=hostb"), 2);
+    free(r.out);
+
+    r = RUN("-n", "3", "-H", "hosta,hostb", "--map-by", "block", "--launcher",
+            "env MPIV_TEST_HOST={host}", PROBE, "env", "MPIV_TEST_HOST");
+    EXPECT_CODE(r, 0);
+    /* ceil(3/2) = 2 ranks per host: 0,1 on hosta; 2 on hostb */
+    ck_assert_msg(strstr(r.out, "rank=0 size=3 local_rank=0 local_size=2") &&
+                      strstr(r.out, "rank=1 size=3 local_rank=1 local_size=2") &&
+                      strstr(r.out, "rank=2 size=3 local_rank=0 local_size=1"),
+                  "%s", r.out);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_HOST=hosta"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* A whole job joined through the exchange with ranks started by a launcher
+ * template and hosts that resolve to this machine. */
+START_TEST(launcher_job_joins_the_exchange)
+{
+    struct run_result r = RUN("-n", "3", "-H", "localhost,127.0.0.1", "--launcher", "env",
+                              BOOT_PROBE, "check", "mpiv_run", "3");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "via mpiv_run ok"), 3);
+    free(r.out);
+}
+END_TEST
+
+START_TEST(help_documents_options_and_variables)
+{
+    struct run_result r = RUN("--help");
+    EXPECT_CODE(r, 0);
+    static const char *want[] = {"-n, --np", "-H, --hosts", "--launcher", "-x VAR", "--timeout",
+                                 "--tag-output", "--bind", "--map-by", "MPIV_BOOT_ADDR",
+                                 "MPIV_JOB_SECRET", "MPIV_LOCAL_RANK", "MPIV_BOOT_TIMEOUT",
+                                 "MPIV_WORKERS", "MPIV_NET", "MPIV_OFI_PROVIDER"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        EXPECT_OUT(r, want[i]);
+    free(r.out);
+}
+END_TEST
+
+START_TEST(bad_usage_exits_2)
+{
+    char *const *bad[] = {
+        (char *const[]){NULL},
+        (char *const[]){"-n", "0", PROBE, NULL},
+        (char *const[]){"-n", "two", PROBE, NULL},
+        (char *const[]){"-n", "2", NULL},
+        (char *const[]){"-n", NULL},
+        (char *const[]){PROBE, NULL},
+        (char *const[]){"-n", "2", "--frobnicate", PROBE, NULL},
+        (char *const[]){"-n", "2", "-q", PROBE, NULL},
+        (char *const[]){"-n", "2", "/nonexistent/mpiv_prog", NULL},
+        (char *const[]){"-n", "2", "mpiv-no-such-program-anywhere", NULL},
+        (char *const[]){"-n", "2", "/etc/passwd", NULL},
+        (char *const[]){"-n", "2", "-x", "1BAD=x", PROBE, NULL},
+        (char *const[]){"-n", "2", "--timeout", "-1", PROBE, NULL},
+        (char *const[]){"-n", "2", "--bind", "not-an-ip", PROBE, NULL},
+        (char *const[]){"-n", "2", "--map-by", "diagonal", PROBE, NULL},
+        (char *const[]){"-n", "2", "-H", "a,,b", PROBE, NULL},
+        (char *const[]){"-n", "2", "--launcher", "ip netns exec {host}", PROBE, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct run_result r = mpiv_run(bad[i]);
+        ck_assert_msg(run_code(&r) == 2, "case %zu: exit %d:\n%s", i, run_code(&r), r.out);
+        ck_assert_msg(strncmp(r.out, "mpiv_run: ", 10) == 0, "case %zu: %s", i, r.out);
+        free(r.out);
+    }
+}
+END_TEST
+
+static Suite *run_suite(void)
+{
+    Suite *s = suite_create("mpiv_run");
+    TCase *tc = tcase_create("jobs");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, job_variables_1_2_4_ranks);
+    tcase_add_test(tc, x_forwards_variables);
+    tcase_add_test(tc, tag_output_keeps_lines_whole);
+    tcase_add_test(tc, untagged_output_is_plain);
+    tcase_add_test(tc, first_failure_status_is_propagated);
+    tcase_add_test(tc, kill_9_of_one_rank_ends_the_job);
+    tcase_add_test(tc, sigterm_is_forwarded);
+    tcase_add_test(tc, timeout_kills_the_job);
+    tcase_add_test(tc, hosts_round_robin_and_block);
+    tcase_add_test(tc, launcher_job_joins_the_exchange);
+    tcase_add_test(tc, help_documents_options_and_variables);
+    tcase_add_test(tc, bad_usage_exits_2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(run_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
