@@ -1,0 +1,445 @@
+/*
+ * comm.h — the thin layer that lets one benchmark source build against MPIv
+ * (ULTs) and against MPI (pthreads, MPI_THREAD_MULTIPLE).
+ *
+ * Build with -DBENCH_MPIV (link libmpiv) or -DBENCH_MPI (an MPI compiler
+ * wrapper). The benchmark sees only bc_* names:
+ *
+ *   bc_init / bc_finalize / bc_rank / bc_size / bc_wtime / bc_barrier
+ *   bc_send / bc_recv / bc_isend / bc_irecv / bc_waitall   (bytes, rank, tag)
+ *   bc_thread_spawn / bc_thread_join      a ULT in MPIv, a pthread in MPI
+ *   bc_team_*                             a start/stop barrier for the
+ *                                         threads of one rank
+ *   bc_run_main(fn, arg)                  runs the benchmark's driver: in a
+ *                                         ULT for MPIv (the way MPIv programs
+ *                                         run), on main's thread for MPI
+ *
+ * Every call is checked: a failing call prints where and why and exits with
+ * status 1, so a broken runtime fails the benchmark (and its CTest smoke
+ * case) instead of printing numbers.
+ *
+ * Thread levels. bc_init(..., BC_THREADS_MANY) asks MPI for
+ * MPI_THREAD_MULTIPLE and refuses to run without it; BC_THREADS_ONE asks for
+ * MPI_THREAD_SINGLE, which is what the classic single-threaded OSU tests use
+ * and is MPI's best case (no locks). MPIv has no thread levels: it is always
+ * callable from every ULT and pthread, so the single-threaded comparison is
+ * conservative for MPIv.
+ */
+#ifndef BENCH_PT2PT_COMM_H
+#define BENCH_PT2PT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(BENCH_MPIV) == defined(BENCH_MPI)
+#error "build with exactly one of -DBENCH_MPIV and -DBENCH_MPI"
+#endif
+
+enum { BC_THREADS_ONE = 0, BC_THREADS_MANY = 1 };
+
+/* Tags at or above this are the layer's own (barrier emulation). */
+#define BC_TAG_RESERVED 0x7fff0000
+
+#define BC_DIE(...)                                                             \
+    do {                                                                        \
+        fprintf(stderr, "bench: %s:%d: ", __FILE__, __LINE__);                  \
+        fprintf(stderr, __VA_ARGS__);                                           \
+        fputc('\n', stderr);                                                    \
+        exit(1);                                                                \
+    } while (0)
+
+/* ======================================================================== */
+#ifdef BENCH_MPIV
+/* ======================================================================== */
+#include "mpiv.h"
+
+#define BC_IMPL "mpiv"
+
+#define BC_CHECK(call)                                                          \
+    do {                                                                        \
+        int bc_rc_ = (call);                                                    \
+        if (bc_rc_ != MPIV_SUCCESS)                                             \
+            BC_DIE("%s failed: %s (%s)", #call, mpiv_strerror(bc_rc_),         \
+                   mpiv_error_detail());                                        \
+    } while (0)
+
+typedef mpiv_request_t bc_req_t;
+typedef mpiv_ult_t bc_thread_t;
+typedef mpiv_barrier_t bc_team_t;
+
+static inline void bc_init(int *argc, char ***argv, int threads)
+{
+    (void)threads;
+    BC_CHECK(mpiv_init(argc, argv));
+}
+static inline void bc_finalize(void) { BC_CHECK(mpiv_finalize()); }
+static inline int bc_rank(void) { return mpiv_rank(); }
+static inline int bc_size(void) { return mpiv_size(); }
+static inline double bc_wtime(void) { return mpiv_wtime(); }
+static inline const char *bc_impl(void) { return BC_IMPL; }
+
+static inline void bc_send(const void *buf, size_t n, int peer, int tag)
+{
+    BC_CHECK(mpiv_send(buf, n, peer, tag));
+}
+
+/* Receives exactly n bytes: a shorter message is a benchmark failure. */
+static inline void bc_recv(void *buf, size_t n, int peer, int tag)
+{
+    mpiv_status_t st;
+    BC_CHECK(mpiv_recv(buf, n, peer, tag, &st));
+    if (st.size != n || st.source != peer || st.tag != tag)
+        BC_DIE("recv: got %zu bytes from %d tag %d, expected %zu from %d tag %d",
+               st.size, st.source, st.tag, n, peer, tag);
+}
+
+static inline void bc_isend(const void *buf, size_t n, int peer, int tag, bc_req_t *r)
+{
+    BC_CHECK(mpiv_isend(buf, n, peer, tag, r));
+}
+static inline void bc_irecv(void *buf, size_t n, int peer, int tag, bc_req_t *r)
+{
+    BC_CHECK(mpiv_irecv(buf, n, peer, tag, r));
+}
+static inline void bc_waitall(int n, bc_req_t *reqs)
+{
+    BC_CHECK(mpiv_waitall(n, reqs, NULL));
+}
+
+/* mpiv_barrier is the real thing; a dissemination barrier on point-to-point
+ * (reserved tags) stands in while collectives are not implemented yet, so
+ * the point-to-point numbers do not wait for them. */
+static inline void bc_barrier(void)
+{
+    int rc = mpiv_barrier();
+    if (rc == MPIV_SUCCESS)
+        return;
+    if (rc != MPIV_ERR_NOT_IMPLEMENTED)
+        BC_CHECK(rc);
+    int me = mpiv_rank(), n = mpiv_size();
+    char token = 0;
+    for (int d = 1, round = 0; d < n; d <<= 1, round++) {
+        mpiv_request_t r;
+        BC_CHECK(mpiv_irecv(&token, 1, (me - d + n) % n, BC_TAG_RESERVED + round, &r));
+        BC_CHECK(mpiv_send(&token, 1, (me + d) % n, BC_TAG_RESERVED + round));
+        BC_CHECK(mpiv_wait(&r, NULL));
+    }
+}
+
+static inline void bc_thread_spawn(void *(*fn)(void *), void *arg, bc_thread_t *t)
+{
+    BC_CHECK(mpiv_ult_spawn(fn, arg, MPIV_WORKER_ANY, t));
+}
+static inline void bc_thread_join(bc_thread_t t) { BC_CHECK(mpiv_ult_join(t, NULL)); }
+
+static inline void bc_team_init(bc_team_t *b, int count) { BC_CHECK(mpiv_barrier_init(b, count)); }
+static inline void bc_team_wait(bc_team_t *b) { BC_CHECK(mpiv_barrier_wait(b)); }
+static inline void bc_team_destroy(bc_team_t *b) { BC_CHECK(mpiv_barrier_destroy(b)); }
+
+/* MPIv programs do their work in ULTs; main only starts and joins. */
+static inline void bc_run_main(void *(*fn)(void *), void *arg)
+{
+    mpiv_ult_t u;
+    BC_CHECK(mpiv_ult_spawn(fn, arg, MPIV_WORKER_ANY, &u));
+    BC_CHECK(mpiv_ult_join(u, NULL));
+}
+
+/* ======================================================================== */
+#else /* BENCH_MPI */
+/* ======================================================================== */
+#include <mpi.h>
+#include <pthread.h>
+#include <time.h>
+
+/* MPI's error codes and pthread's errno values both mean "failed"; MPI's
+ * string is only looked up for MPI calls. */
+static inline const char *bc_errstr(const char *call, int rc)
+{
+    static _Thread_local char s[MPI_MAX_ERROR_STRING];
+    int len;
+    if (strncmp(call, "MPI_", 4) != 0 || MPI_Error_string(rc, s, &len) != MPI_SUCCESS)
+        snprintf(s, sizeof s, "%s", strerror(rc));
+    return s;
+}
+#define BC_CHECK(call)                                                          \
+    do {                                                                        \
+        int bc_rc_ = (call);                                                    \
+        if (bc_rc_ != 0)                                                        \
+            BC_DIE("%s failed: %s", #call, bc_errstr(#call, bc_rc_));            \
+    } while (0)
+
+typedef MPI_Request bc_req_t;
+typedef pthread_t bc_thread_t;
+typedef pthread_barrier_t bc_team_t;
+
+static inline void bc_init(int *argc, char ***argv, int threads)
+{
+    int want = threads == BC_THREADS_MANY ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE;
+    int got;
+    BC_CHECK(MPI_Init_thread(argc, argv, want, &got));
+    if (got < want)
+        BC_DIE("MPI_Init_thread: asked for thread level %d, got %d", want, got);
+    /* Errors return codes (checked) instead of aborting without a line. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+static inline void bc_finalize(void) { BC_CHECK(MPI_Finalize()); }
+static inline int bc_rank(void)
+{
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+static inline int bc_size(void)
+{
+    int s;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+}
+static inline double bc_wtime(void) { return MPI_Wtime(); }
+
+/* "mpich", "openmpi" or "mpi", from the library's own version string. */
+static inline const char *bc_impl(void)
+{
+    static char name[16];
+    if (!name[0]) {
+        char v[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len;
+        MPI_Get_library_version(v, &len);
+        strcpy(name, strstr(v, "MPICH") ? "mpich" : strstr(v, "Open MPI") ? "openmpi" : "mpi");
+    }
+    return name;
+}
+#define BC_IMPL bc_impl()
+
+static inline void bc_send(const void *buf, size_t n, int peer, int tag)
+{
+    BC_CHECK(MPI_Send(buf, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD));
+}
+static inline void bc_recv(void *buf, size_t n, int peer, int tag)
+{
+    MPI_Status st;
+    int got;
+    BC_CHECK(MPI_Recv(buf, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &st));
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if ((size_t)got != n)
+        BC_DIE("recv: got %d bytes, expected %zu", got, n);
+}
+static inline void bc_isend(const void *buf, size_t n, int peer, int tag, bc_req_t *r)
+{
+    BC_CHECK(MPI_Isend(buf, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r));
+}
+static inline void bc_irecv(void *buf, size_t n, int peer, int tag, bc_req_t *r)
+{
+    BC_CHECK(MPI_Irecv(buf, (int)n, MPI_BYTE, peer, tag, MPI_COMM_WORLD, r));
+}
+/* MPI_STATUSES_IGNORE is the address 1; GCC 12 takes MPI_Waitall's
+ * `MPI_Status[]` parameter at its word and warns about a zero-size region. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+static inline void bc_waitall(int n, bc_req_t *reqs)
+{
+    BC_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+static inline void bc_barrier(void) { BC_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+/* 1024 threads per rank: a modest stack keeps the address space sane;
+ * MPI's own call depth is far below it. */
+static inline void bc_thread_spawn(void *(*fn)(void *), void *arg, bc_thread_t *t)
+{
+    pthread_attr_t a;
+    BC_CHECK(pthread_attr_init(&a));
+    BC_CHECK(pthread_attr_setstacksize(&a, 512 << 10));
+    BC_CHECK(pthread_create(t, &a, fn, arg));
+    pthread_attr_destroy(&a);
+}
+static inline void bc_thread_join(bc_thread_t t) { BC_CHECK(pthread_join(t, NULL)); }
+
+static inline void bc_team_init(bc_team_t *b, int count)
+{
+    BC_CHECK(pthread_barrier_init(b, NULL, (unsigned)count));
+}
+static inline void bc_team_wait(bc_team_t *b)
+{
+    int rc = pthread_barrier_wait(b);
+    if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
+        BC_DIE("pthread_barrier_wait failed: %d", rc);
+}
+static inline void bc_team_destroy(bc_team_t *b) { BC_CHECK(pthread_barrier_destroy(b)); }
+
+static inline void bc_run_main(void *(*fn)(void *), void *arg) { fn(arg); }
+
+#endif /* BENCH_MPI */
+
+/* ======================================================================== */
+/* Shared helpers                                                           */
+/* ======================================================================== */
+
+/* The byte at offset i of a message of a given size sent in round `seed`:
+ * every size and round differs, so a stale or misplaced buffer shows. */
+static inline unsigned char bc_pattern(size_t i, size_t size, unsigned seed)
+{
+    return (unsigned char)((i * 7u + size * 13u + seed * 101u + (i >> 8)) & 0xff);
+}
+static inline void bc_fill(void *buf, size_t size, unsigned seed)
+{
+    unsigned char *p = buf;
+    for (size_t i = 0; i < size; i++)
+        p[i] = bc_pattern(i, size, seed);
+}
+/* Dies naming the first wrong byte. */
+static inline void bc_verify(const void *buf, size_t size, unsigned seed, const char *what)
+{
+    const unsigned char *p = buf;
+    for (size_t i = 0; i < size; i++)
+        if (p[i] != bc_pattern(i, size, seed))
+            BC_DIE("%s: data check failed for a %zu-byte message at byte %zu: "
+                   "got 0x%02x, expected 0x%02x",
+                   what, size, i, p[i], bc_pattern(i, size, seed));
+}
+
+static inline void *bc_alloc(size_t size)
+{
+    void *p = NULL;
+    /* Page alignment, as OSU does, so sizes are not penalised by alignment. */
+    if (posix_memalign(&p, 4096, size ? size : 1) != 0)
+        BC_DIE("out of memory allocating %zu bytes", size);
+    memset(p, 0, size ? size : 1);
+    return p;
+}
+
+/* Start/stop gates for the n threads of one rank in a multi-threaded test.
+ * Each thread does its warm-up, waits at `start`, runs the timed part, and
+ * waits at `end`; the driver times from the opening of `start` to the
+ * closing of `end`, so thread creation is never timed. */
+struct bc_team {
+    bc_team_t start, end;
+};
+
+static inline double bc_team_run(struct bc_team *tm, int n, void *(*fn)(void *), void *args,
+                                 size_t stride)
+{
+    bc_thread_t *t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        BC_DIE("out of memory for %d threads", n);
+    bc_team_init(&tm->start, n + 1);
+    bc_team_init(&tm->end, n + 1);
+    for (int i = 0; i < n; i++)
+        bc_thread_spawn(fn, (char *)args + (size_t)i * stride, &t[i]);
+    bc_team_wait(&tm->start);
+    double t0 = bc_wtime();
+    bc_team_wait(&tm->end);
+    double t1 = bc_wtime();
+    for (int i = 0; i < n; i++)
+        bc_thread_join(t[i]);
+    bc_team_destroy(&tm->start);
+    bc_team_destroy(&tm->end);
+    free(t);
+    return t1 - t0;
+}
+
+/* Common options. --quick shrinks iteration counts for smoke runs. */
+struct bc_opts {
+    int quick;
+    long iters;     /* 0 = benchmark's default */
+    size_t min_size;
+    size_t max_size;
+    int pairs[16];  /* multi-threaded tests */
+    int npairs;
+    size_t size;    /* message size of the multi-threaded tests */
+    int window;
+};
+
+static inline size_t bc_parse_size(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    default: break;
+    }
+    if (end == s || *end != '\0')
+        BC_DIE("bad size '%s' (expected e.g. 8, 64K, 4M)", s);
+    return (size_t)v;
+}
+
+static inline void bc_usage(const char *prog)
+{
+    fprintf(stderr,
+            "usage: %s [--quick] [-i iters] [-m [min:]max] [-p p1,p2,...] [-s size] [-w window]\n"
+            "  --quick   few iterations (smoke test)\n"
+            "  -i N      iterations per size / per pair (default: scaled per test)\n"
+            "  -m A:B    message sizes from A to B bytes (K, M suffixes)\n"
+            "  -p LIST   pair counts for the multi-threaded tests (default 1,2,8,64,1024)\n"
+            "  -s SIZE   message size of the multi-threaded tests (default 8)\n"
+            "  -w N      window of the bandwidth and rate tests (default 64)\n",
+            prog);
+    exit(2);
+}
+
+static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
+{
+    static const int dflt_pairs[] = {1, 2, 8, 64, 1024};
+    memset(o, 0, sizeof *o);
+    o->max_size = 4u << 20;
+    o->size = 8;
+    o->window = 64;
+    o->npairs = 5;
+    memcpy(o->pairs, dflt_pairs, sizeof dflt_pairs);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--quick")) {
+            o->quick = 1;
+        } else if (!strcmp(a, "-i") && v) {
+            o->iters = atol(v), i++;
+            if (o->iters <= 0)
+                bc_usage(argv[0]);
+        } else if (!strcmp(a, "-m") && v) {
+            const char *colon = strchr(v, ':');
+            if (colon) {
+                char lo[32];
+                size_t n = (size_t)(colon - v);
+                if (n >= sizeof lo)
+                    bc_usage(argv[0]);
+                memcpy(lo, v, n);
+                lo[n] = '\0';
+                o->min_size = bc_parse_size(lo);
+                o->max_size = bc_parse_size(colon + 1);
+            } else {
+                o->max_size = bc_parse_size(v);
+            }
+            i++;
+        } else if (!strcmp(a, "-p") && v) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            o->npairs = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && o->npairs < 16;
+                 t = strtok_r(NULL, ",", &save)) {
+                int p = atoi(t);
+                if (p <= 0)
+                    bc_usage(argv[0]);
+                o->pairs[o->npairs++] = p;
+            }
+            i++;
+        } else if (!strcmp(a, "-s") && v) {
+            o->size = bc_parse_size(v), i++;
+        } else if (!strcmp(a, "-w") && v) {
+            o->window = atoi(v), i++;
+            if (o->window <= 0)
+                bc_usage(argv[0]);
+        } else {
+            bc_usage(argv[0]);
+        }
+    }
+}
+
+#endif /* BENCH_PT2PT_COMM_H */

@@ -1,0 +1,127 @@
+/*
+ * mt_latency.c — multi-threaded ping-pong latency with 1, 2, 8, 64, 1024 pairs.
+ *
+ * A pair is one thread on rank 0 and one on rank 1 — a ULT in MPIv, a
+ * pthread in MPI (MPI_THREAD_MULTIPLE) — ping-ponging with a tag of their
+ * own. All pairs run at once. Reported per pair count: the one-way latency
+ * each thread sees (its round-trip time / 2, averaged over threads), and the
+ * rank's aggregate message rate (messages sent by rank 0 per second, from
+ * the wall time of the whole team).
+ *
+ * Every echo is checked (a round stamp in its first and last byte) and the
+ * final echo of each pair is compared byte for byte with what it sent; a
+ * pair's payload also carries its pair id so that crossed tags show.
+ */
+#include "comm.h"
+
+static struct bc_opts opts;
+
+struct pair {
+    int id, me;
+    long iters, skip;
+    size_t size;
+    struct bc_team *team;
+    double usec; /* out: one-way latency this thread saw */
+} __attribute__((aligned(64)));
+
+static unsigned char stamp(int id, long round) { return (unsigned char)(id * 17 + round * 31 + 7); }
+
+static void *pair_main(void *arg)
+{
+    struct pair *p = arg;
+    size_t n = p->size;
+    char *sbuf = bc_alloc(n), *rbuf = bc_alloc(n);
+    bc_fill(sbuf, n, (unsigned)p->id);
+    int peer = 1 - p->me, tag = p->id;
+    double t0 = 0;
+
+    for (long i = -p->skip; i < p->iters; i++) {
+        if (i == 0) {
+            bc_team_wait(&p->team->start);
+            t0 = bc_wtime();
+        }
+        if (p->me == 0) {
+            if (n) {
+                sbuf[0] = sbuf[n - 1] = (char)stamp(p->id, i);
+            }
+            bc_send(sbuf, n, peer, tag);
+            bc_recv(rbuf, n, peer, tag);
+            if (n && ((unsigned char)rbuf[0] != stamp(p->id, i) ||
+                      (unsigned char)rbuf[n - 1] != stamp(p->id, i)))
+                BC_DIE("mt_latency: pair %d round %ld: echo carries a wrong stamp", p->id, i);
+        } else {
+            bc_recv(rbuf, n, peer, tag);
+            bc_send(rbuf, n, peer, tag);
+        }
+    }
+    double t = bc_wtime() - t0;
+    bc_team_wait(&p->team->end);
+
+    if (p->me == 0 && memcmp(sbuf, rbuf, n) != 0)
+        BC_DIE("mt_latency: pair %d: last echo differs from what was sent", p->id);
+    /* rank 1: the body (between the stamps) is this pair's pattern */
+    for (size_t k = 1; p->me == 1 && k + 1 < n; k++)
+        if ((unsigned char)rbuf[k] != bc_pattern(k, n, (unsigned)p->id))
+            BC_DIE("mt_latency: pair %d received another pair's data (byte %zu)", p->id, k);
+    p->usec = t * 1e6 / (2.0 * (double)p->iters);
+    free(sbuf);
+    free(rbuf);
+    return NULL;
+}
+
+static void *run(void *unused)
+{
+    (void)unused;
+    int me = bc_rank();
+    if (bc_size() != 2)
+        BC_DIE("mt_latency needs exactly 2 ranks, got %d", bc_size());
+    if (me == 0) {
+        printf("# MPIv pt2pt multi-threaded latency: concurrent ping-pong pairs, %zu-byte messages\n",
+               opts.size);
+        printf("# impl %s, ranks %d, one %s per rank per pair%s\n", BC_IMPL, bc_size(),
+#ifdef BENCH_MPIV
+               "ULT",
+#else
+               "pthread",
+#endif
+               opts.quick ? ", quick" : "");
+        printf("%-8s %-8s %14s %14s\n", "# Pairs", "Size", "Latency (us)", "Messages/s");
+        fflush(stdout);
+    }
+    for (int k = 0; k < opts.npairs; k++) {
+        int n = opts.pairs[k];
+        /* About the same number of round trips for every pair count. */
+        long total = opts.quick ? 2000 : 40000;
+        long iters = opts.iters ? opts.iters : total / n;
+        if (iters < 10)
+            iters = 10;
+        struct pair *ps = calloc((size_t)n, sizeof *ps);
+        struct bc_team team;
+        if (!ps)
+            BC_DIE("out of memory");
+        for (int i = 0; i < n; i++)
+            ps[i] = (struct pair){.id = i, .me = me, .iters = iters, .skip = iters / 10 + 1,
+                                  .size = opts.size, .team = &team};
+        bc_barrier();
+        double wall = bc_team_run(&team, n, pair_main, ps, sizeof *ps);
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += ps[i].usec;
+        if (me == 0) {
+            printf("%-8d %-8zu %14.2f %14.0f\n", n, opts.size, sum / n,
+                   (double)n * (double)iters / wall);
+            fflush(stdout);
+        }
+        free(ps);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    bc_init(&argc, &argv, BC_THREADS_MANY);
+    bc_parse(argc, argv, &opts);
+    bc_run_main(run, NULL);
+    bc_finalize();
+    return 0;
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# run.sh — point-to-point benchmarks of MPIv, MPICH and Open MPI side by side.
+#
+# Builds the pt2pt benchmarks (bench/pt2pt/CMakeLists.txt), runs each one
+# with 2 ranks under each implementation's own launcher, prints tables with
+# MPIv's speedup over each MPI (> 1 means MPIv is better), and writes
+#   OUT/pt2pt.csv      every measurement: benchmark,impl,size,pairs,metric,value
+#   OUT/pt2pt.md       the tables, in Markdown
+#   OUT/pt2pt.png      four plots (gnuplot)
+#   OUT/raw/*.txt      each run's OSU-style output (and errors)
+#
+# Pinning (--bind core, the default): every rank owns exactly one of the
+# machine's cores under all three implementations.
+#   MPICH:    mpiexec.mpich -bind-to core          rank r on core r
+#   Open MPI: mpirun --bind-to core --map-by core  rank r on core r
+#   MPIv:     MPIV_BIND=core (mpiv_run, default)   with 2 local ranks on 2
+#             cores each rank gets one core; its worker and its server thread
+#             both live on that core (MPIV_WORKERS=1, server on the last core
+#             of the rank's share).
+# So each implementation gets the same CPU budget — one core per rank —
+# and whatever threads it runs (MPI: main + one pthread per pair; MPIv: one
+# worker running the ULTs, one server) share it. --bind none lets the OS
+# place every thread anywhere instead, for all three.
+#
+# Usage: bench/pt2pt/run.sh [--quick] [--build DIR] [--out DIR]
+#          [--impl mpiv,mpich,openmpi] [--bench latency,bandwidth,mt_latency,mt_msgrate]
+#          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
+set -u -o pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build="$root/build-bench"
+out=""
+quick=0
+impls="mpiv,mpich,openmpi"
+benches="latency,bandwidth,mt_latency,mt_msgrate"
+pairs=""
+bind=core
+timeout_s=""
+do_build=1
+
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) quick=1 ;;
+    --build) build=$2; shift ;;
+    --out) out=$2; shift ;;
+    --impl) impls=$2; shift ;;
+    --bench) benches=$2; shift ;;
+    --pairs) pairs=$2; shift ;;
+    --bind) bind=$2; shift ;;
+    --timeout) timeout_s=$2; shift ;;
+    --no-build) do_build=0 ;;
+    -h|--help) usage ;;
+    *) echo "run.sh: unknown option $1" >&2; usage ;;
+    esac
+    shift
+done
+case "$bind" in core|none) ;; *) echo "run.sh: --bind core|none" >&2; exit 2 ;; esac
+[ -n "$out" ] || out="$build/bench/pt2pt/results"
+[ -n "$timeout_s" ] || { [ $quick = 1 ] && timeout_s=300 || timeout_s=1200; }
+mkdir -p "$out/raw" "$out/dat"
+bin="$build/bench/pt2pt"
+IFS=, read -r -a impl_list <<<"$impls"
+IFS=, read -r -a bench_list <<<"$benches"
+
+say() { printf '%s\n' "$*" >&2; }
+
+# ---------------------------------------------------------------- build ---
+if [ $do_build = 1 ]; then
+    [ -f "$build/CMakeCache.txt" ] ||
+        cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    for impl in "${impl_list[@]}"; do
+        case $impl in
+        mpiv) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate" ;;
+        *) targets="pt2pt_$impl" ;;
+        esac
+        # shellcheck disable=SC2086
+        if ! cmake --build "$build" -j2 --target $targets >"$out/raw/build.$impl.log" 2>&1; then
+            say "run.sh: building the $impl variants failed (see $out/raw/build.$impl.log)"
+        fi
+    done
+fi
+
+# ------------------------------------------------------------------ run ---
+# launch IMPL: prints the launcher command line for 2 ranks.
+launch() {
+    case $1 in
+    mpiv)
+        echo "env MPIV_BIND=$bind $build/tools/mpiv_run -n 2 --timeout $timeout_s" ;;
+    mpich)
+        echo "timeout $timeout_s mpiexec.mpich -n 2 -bind-to $bind" ;;
+    openmpi)
+        echo "timeout $timeout_s mpirun.openmpi --allow-run-as-root -n 2 --bind-to $bind --map-by core" ;;
+    esac
+}
+exe() { [ "$1" = mpiv ] && echo "$bin/pt2pt_$2" || echo "$bin/pt2pt_$2_$1"; }
+
+args=()
+[ $quick = 1 ] && args+=(--quick)
+declare -A status
+for b in "${bench_list[@]}"; do
+    bargs=("${args[@]}")
+    case $b in mt_*) [ -n "$pairs" ] && bargs+=(-p "$pairs") ;; esac
+    for impl in "${impl_list[@]}"; do
+        x=$(exe "$impl" "$b")
+        raw="$out/raw/$b.$impl.txt"
+        if [ ! -x "$x" ] || { [ "$impl" = mpiv ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
+            say "== $b / $impl: not built, skipped"
+            echo "# not built" >"$raw"
+            status[$b.$impl]="not built"
+            continue
+        fi
+        cmd="$(launch "$impl") $x ${bargs[*]}"
+        say "== $b / $impl: $cmd"
+        start=$(date +%s)
+        # shellcheck disable=SC2086
+        $cmd >"$raw" 2>"$raw.err"
+        rc=$?
+        say "   $(( $(date +%s) - start )) s, exit status $rc"
+        if [ $rc -ne 0 ]; then
+            status[$b.$impl]="failed ($rc)"
+            sed 's/^/   | /' "$raw.err" | head -5 >&2
+        else
+            status[$b.$impl]=ok
+        fi
+        echo "# command: $cmd" >>"$raw"
+    done
+done
+
+# ------------------------------------------------------------ results ---
+# Data lines of the OSU-style output -> .dat (x value [value2]) and CSV.
+csv="$out/pt2pt.csv"
+echo "benchmark,impl,size_bytes,pairs,metric,value" >"$csv"
+for b in "${bench_list[@]}"; do
+    for impl in "${impl_list[@]}"; do
+        raw="$out/raw/$b.$impl.txt"
+        dat="$out/dat/$b.$impl.dat"
+        : >"$dat"
+        [ -f "$raw" ] || continue
+        case $b in
+        latency)
+            awk '!/^#/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            awk -v i="$impl" '{printf "latency,%s,%s,1,latency_us,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
+        bandwidth)
+            awk '!/^#/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            awk -v i="$impl" '{printf "bandwidth,%s,%s,1,bandwidth_MBps,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
+        mt_latency)
+            awk '!/^#/ && NF>=4 {print $1, $3, $4, $2}' "$raw" >"$dat"
+            awk -v i="$impl" '{printf "mt_latency,%s,%s,%s,latency_us,%s\nmt_latency,%s,%s,%s,msgs_per_s,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
+        mt_msgrate)
+            awk '!/^#/ && NF>=4 {print $1, $4, $3, $2}' "$raw" >"$dat"
+            awk -v i="$impl" '{printf "mt_msgrate,%s,%s,%s,msgs_per_s,%s\nmt_msgrate,%s,%s,%s,bandwidth_MBps,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
+        esac
+    done
+done
+
+# table BENCH XLABEL UNIT LOWER_IS_BETTER: a Markdown table joining the
+# implementations on x, with MPIv's speedup over each MPI.
+table() {
+    local b=$1 xl=$2 unit=$3 lower=$4
+    local files=() names=()
+    for impl in "${impl_list[@]}"; do
+        files+=("$out/dat/$b.$impl.dat")
+        names+=("$impl")
+    done
+    awk -v xl="$xl" -v unit="$unit" -v lower="$lower" -v names="${names[*]}" '
+        BEGIN { n = split(names, nm, " ") }
+        FNR == 1 { f++ }
+        { if (!($1 in seen)) { seen[$1] = 1; xs[++nx] = $1 } v[f, $1] = $2 }
+        END {
+            line = "| " xl; sep = "|---:"
+            for (i = 1; i <= n; i++) { line = line " | " nm[i] " " unit; sep = sep "|---:" }
+            if (nm[1] == "mpiv")
+                for (i = 2; i <= n; i++) { line = line " | MPIv speedup vs " nm[i]; sep = sep "|---:" }
+            print line " |"; print sep "|"
+            for (k = 1; k <= nx; k++) {
+                x = xs[k]; line = "| " x
+                for (i = 1; i <= n; i++) line = line " | " (((i, x) in v) ? v[i, x] : "—")
+                if (nm[1] == "mpiv")
+                    for (i = 2; i <= n; i++) {
+                        if (((1, x) in v) && ((i, x) in v) && v[1, x] > 0 && v[i, x] > 0)
+                            r = lower ? v[i, x] / v[1, x] : v[1, x] / v[i, x]
+                        else r = ""
+                        line = line " | " (r == "" ? "—" : sprintf(r >= 10 ? "%.0f×" : r >= 0.1 ? "%.2f×" : "%.2g×", r))
+                    }
+                print line " |"
+            }
+        }' "${files[@]}"
+}
+
+md="$out/pt2pt.md"
+{
+    echo "Command: \`bench/pt2pt/run.sh$([ $quick = 1 ] && echo " --quick") --bind $bind\`  "
+    echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')  "
+    echo "Machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(uname -sr)  "
+    echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')  "
+    echo "MPICH: $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version: *//p' | tr -d '\t'), Open MPI: $(mpirun.openmpi --version 2>/dev/null | head -1 | awk '{print $NF}')"
+    echo
+    echo "Speedup = how many times better MPIv is (> 1: MPIv wins; for latency MPI's time / MPIv's time)."
+    for b in "${bench_list[@]}"; do
+        st=""
+        for impl in "${impl_list[@]}"; do st="$st $impl: ${status[$b.$impl]:-?};"; done
+        echo
+        case $b in
+        latency) echo "### Latency (ping-pong, one-way, µs) — lower is better"; echo; echo "Runs:$st"; echo; table latency "Size (B)" "µs" 1 ;;
+        bandwidth) echo "### Bandwidth (window of 64, MB/s) — higher is better"; echo; echo "Runs:$st"; echo; table bandwidth "Size (B)" "MB/s" 0 ;;
+        mt_latency) echo "### Multi-threaded latency (8 B ping-pong per pair, one-way µs per thread) — lower is better"; echo; echo "Runs:$st"; echo; table mt_latency "Pairs" "µs" 1 ;;
+        mt_msgrate) echo "### Multi-threaded message rate (8 B, window of 64 per pair, messages/s) — higher is better"; echo; echo "Runs:$st"; echo; table mt_msgrate "Pairs" "msg/s" 0 ;;
+        esac
+    done
+} >"$md"
+cat "$md"
+
+# ------------------------------------------------------------------ plot ---
+png="$out/pt2pt.png"
+if command -v gnuplot >/dev/null; then
+    term="png size 1600,1100"
+    gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo && term="pngcairo size 1600,1100 font 'Sans,11'"
+    plots() { # plots BENCH COLUMN: one gnuplot "plot" argument list
+        local b=$1 col=$2 sep="" s="" color
+        for impl in "${impl_list[@]}"; do
+            f="$out/dat/$b.$impl.dat"
+            [ -s "$f" ] || continue
+            case $impl in mpiv) color="#d62728" ;; mpich) color="#1f77b4" ;; *) color="#2ca02c" ;; esac
+            s="$s$sep'$f' using (\$1 == 0 ? 0.5 : \$1):$col with linespoints lw 2 pt 7 lc rgb '$color' title '$impl'"
+            sep=", "
+        done
+        # an empty panel says so instead of failing
+        [ -n "$s" ] && echo "$s" ||
+            echo "[1:2] 1 notitle lc rgb 'white', '+' using (1.5):(1):(\"no data\") with labels notitle"
+    }
+    gnuplot 2>"$out/raw/gnuplot.log" <<EOF || say "run.sh: gnuplot failed (see $out/raw/gnuplot.log)"
+set terminal $term
+set output '$png'
+set multiplot layout 2,2 title "MPIv vs MPICH vs Open MPI — point-to-point, 2 ranks, one core each ($(date -u +%Y-%m-%d))"
+set grid
+set key top left
+set offsets graph 0.03, graph 0.03, 0, 0
+set logscale x 2
+set logscale y 10
+set xtics ("0" 0.5, "1" 1, "8" 8, "64" 64, "512" 512, "4K" 4096, "32K" 32768, "256K" 262144, "2M" 2097152)
+set xlabel "message size, bytes (0 B plotted at 0.5)"
+set ylabel "one-way latency (µs)"
+set title "Ping-pong latency (lower is better)"
+plot $(plots latency 2)
+set ylabel "bandwidth (MB/s)"
+set title "Bandwidth, window of 64 (higher is better)"
+plot $(plots bandwidth 2)
+set xtics (1, 2, 8, 64, 1024)
+set format y "%.0s%c"
+set xlabel "pairs (threads per rank)"
+set ylabel "messages/s (rank 0 sends)"
+set title "Multi-threaded message rate, 8 B (higher is better)"
+plot $(plots mt_msgrate 2)
+set ylabel "one-way latency per thread (µs)"
+set format y "%g"
+set title "Multi-threaded ping-pong latency, 8 B (lower is better)"
+plot $(plots mt_latency 2)
+unset multiplot
+EOF
+    say "wrote $png"
+fi
+say "wrote $csv and $md"
