@@ -12,7 +12,14 @@
  *  - An RDMA write with immediate is fi_writedata with CQ data
  *    (writer's rank << 32 | imm); the target's CQ reports it with
  *    FI_REMOTE_CQ_DATA without consuming a receive buffer (we do not accept
- *    providers that need FI_RX_CQ_DATA).
+ *    providers that need FI_RX_CQ_DATA). fi_cq(3) only promises the length
+ *    of receives, and tcp;ofi_rxm indeed reports 0 for remote writes, so
+ *    ofi_exchange probes with a write to ourselves: a provider that does
+ *    not report the length gets "notified writes" instead — fi_writemsg
+ *    with FI_DELIVERY_COMPLETE, and once it completes (the data is in the
+ *    target's memory) a 16-byte inject {imm, len} whose CQ data is the
+ *    rank with OFI_NOTE_BIT set; the target turns that receive into the
+ *    immediate. It costs one more one-way message, only on such providers.
  *  - Operation contexts: a packet's srv_ctx[0..3] is its struct fi_context
  *    (FI_CONTEXT providers); srv_ctx[4] says whether it was posted as a
  *    send or a receive, which error completions need. Providers that ask
@@ -47,6 +54,7 @@
 #define OFI_ADDR_MAX 120 /* bytes of an endpoint name we accept */
 
 enum { OFI_POSTED_SEND = 1, OFI_POSTED_RECV = 2 };
+#define OFI_NOTE_BIT (1ull << 63)
 
 struct srv_backend {
     int rank, size;
@@ -68,6 +76,8 @@ struct srv_backend {
     uintptr_t pool_base, pool_end;
     struct fi_context2 *ctx2_table; /* one per packet when ctx2 */
     _Atomic uint64_t next_key;
+    bool notify;                      /* writes announced by a message    */
+    struct srv_rdma_op *note_pending; /* notifications not injected yet  */
 };
 
 static int ofi_fail(const char *what, int fi_rc)
@@ -310,6 +320,57 @@ static bool ofi_mr_pins(struct srv_backend *be)
     return true;
 }
 
+/* Writes 24 bytes with CQ data to ourselves and looks at the length the
+ * target's completion reports (see the top of the file). */
+static int ofi_probe_write_len(struct srv_backend *be)
+{
+    _Alignas(64) static unsigned char src[64], dst[64];
+    struct fid_mr *ms = NULL, *md = NULL;
+    int rc = ofi_reg(be, src, sizeof src, FI_WRITE | FI_READ | FI_SEND | FI_RECV, &ms);
+    if (!rc)
+        rc = ofi_reg(be, dst, sizeof dst, FI_REMOTE_WRITE | FI_REMOTE_READ, &md);
+    if (rc)
+        goto out;
+    struct fi_context2 ctx;
+    uint64_t raddr = (be->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)dst : 0;
+    ssize_t n;
+    uint64_t deadline = util_now_ns() + 5000000000ull;
+    while ((n = fi_writedata(be->ep, src, 24, fi_mr_desc(ms), (uint64_t)be->rank << 32,
+                             (fi_addr_t)be->rank, raddr, fi_mr_key(md), &ctx)) == -FI_EAGAIN) {
+        struct fi_cq_data_entry junk; /* nothing else is in flight yet */
+        fi_cq_read(be->cq, &junk, 1);
+        if (util_now_ns() > deadline)
+            break;
+    }
+    bool local = false, remote = false;
+    size_t len = 0;
+    while (n == 0 && !(local && remote) && util_now_ns() < deadline) {
+        struct fi_cq_data_entry e;
+        ssize_t k = fi_cq_read(be->cq, &e, 1);
+        if (k == 1 && (e.flags & FI_REMOTE_WRITE)) {
+            remote = true;
+            len = e.len;
+        } else if (k == 1) {
+            local = true;
+        } else if (k == -FI_EAVAIL) {
+            struct fi_cq_err_entry err = {0};
+            fi_cq_readerr(be->cq, &err, 0);
+            break;
+        }
+    }
+    if (n != 0 || !local || !remote)
+        util_log_info("ofi: the write-length probe did not complete; writes are notified");
+    be->notify = !(n == 0 && local && remote && len == 24);
+    util_log_info("ofi: RDMA writes are announced by %s",
+                  be->notify ? "a message after delivery" : "remote CQ data");
+out:
+    if (md)
+        fi_close(&md->fid);
+    if (ms)
+        fi_close(&ms->fid);
+    return rc;
+}
+
 /* --- address exchange ------------------------------------------------------- */
 
 static int ofi_exchange(struct srv_backend *be)
@@ -344,7 +405,7 @@ static int ofi_exchange(struct srv_backend *be)
         }
     }
     free(all);
-    return MPIV_SUCCESS;
+    return ofi_probe_write_len(be);
 }
 
 /* --- data path -------------------------------------------------------------- */
@@ -381,6 +442,23 @@ static int ofi_post_recv(struct srv_backend *be, pkt_t *p)
 
 static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
 {
+    if (be->notify) {
+        struct iovec iov = {.iov_base = (void *)op->buf, .iov_len = op->len};
+        void *desc = op->desc;
+        struct fi_rma_iov rma = {.addr = op->raddr, .len = op->len, .key = op->rkey};
+        struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = op->len ? 1 : 0,
+                                 .addr = (fi_addr_t)op->peer, .rma_iov = &rma,
+                                 .rma_iov_count = 1, .context = op->be};
+        op->note[0] = op->imm;
+        op->note[1] = op->len;
+        ssize_t rc = fi_writemsg(be->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+        if (rc == 0)
+            return MPIV_SUCCESS;
+        if (rc == -FI_EAGAIN)
+            return SRV_AGAIN;
+        return util_err(MPIV_ERR_NET, "libfabric fi_writemsg of %zu bytes to rank %d: %s",
+                        op->len, op->peer, fi_strerror((int)-rc));
+    }
     uint64_t data = ((uint64_t)(uint32_t)be->rank << 32) | op->imm;
     ssize_t rc = fi_writedata(be->ep, op->buf, op->len, op->desc, data, (fi_addr_t)op->peer,
                               op->raddr, op->rkey, op->be);
@@ -431,19 +509,44 @@ static int ofi_read_error(struct srv_backend *be, struct srv_cqe *ev)
     return 1;
 }
 
+/* Announces a delivered write to its target; false if it must wait. */
+static bool ofi_notify(struct srv_backend *be, struct srv_rdma_op *op)
+{
+    ssize_t rc = fi_injectdata(be->ep, op->note, sizeof op->note,
+                               (uint64_t)be->rank | OFI_NOTE_BIT, (fi_addr_t)op->peer);
+    if (rc == -FI_EAGAIN)
+        return false;
+    if (rc)
+        util_log_error("ofi: announcing a write to rank %d: %s", op->peer,
+                       fi_strerror((int)-rc));
+    return true;
+}
+
 static int ofi_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
 {
     struct fi_cq_data_entry ent[32];
     if (max > 32)
         max = 32;
-    ssize_t n = fi_cq_read(be->cq, ent, (size_t)max);
-    if (n == -FI_EAGAIN)
-        return 0;
-    if (n == -FI_EAVAIL)
-        return ofi_read_error(be, ev);
-    if (n < 0)
-        return -ofi_fail("fi_cq_read", (int)n);
     int out = 0;
+    while (be->note_pending && out < max) {
+        struct srv_rdma_op *op = be->note_pending;
+        if (!ofi_notify(be, op))
+            break;
+        be->note_pending = (struct srv_rdma_op *)op->qnext;
+        memset(&ev[out], 0, sizeof ev[out]);
+        ev[out].kind = SRV_CQE_WRITE;
+        ev[out].op = op;
+        out++;
+    }
+    if (out == max)
+        return out;
+    ssize_t n = fi_cq_read(be->cq, ent, (size_t)(max - out));
+    if (n == -FI_EAGAIN)
+        return out;
+    if (n == -FI_EAVAIL)
+        return out ? out : ofi_read_error(be, ev);
+    if (n < 0)
+        return out ? out : -ofi_fail("fi_cq_read", (int)n);
     for (ssize_t i = 0; i < n; i++) {
         struct fi_cq_data_entry *c = &ent[i];
         struct srv_cqe *e = &ev[out++];
@@ -453,6 +556,16 @@ static int ofi_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
             e->src = (int)(c->data >> 32);
             e->imm = (uint32_t)c->data;
             e->len = c->len;
+        } else if ((c->flags & FI_RECV) && (c->flags & FI_REMOTE_CQ_DATA) &&
+                   (c->data & OFI_NOTE_BIT)) {
+            /* a write announced by message: the receive packet goes back */
+            uint64_t note[2];
+            e->kind = SRV_CQE_IMM;
+            e->p = ctx_pkt(be, c->op_context);
+            memcpy(note, e->p->data, sizeof note);
+            e->src = (int)(uint32_t)c->data;
+            e->imm = (uint32_t)note[0];
+            e->len = (size_t)note[1];
         } else if (c->flags & FI_RECV) {
             e->kind = SRV_CQE_RECV;
             e->p = ctx_pkt(be, c->op_context);
@@ -462,8 +575,15 @@ static int ofi_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
             e->kind = SRV_CQE_SEND;
             e->p = ctx_pkt(be, c->op_context);
         } else if (c->flags & (FI_WRITE | FI_RMA)) {
+            struct srv_rdma_op *op = c->op_context;
+            if (be->notify && !ofi_notify(be, op)) {
+                op->qnext = (uintptr_t)be->note_pending; /* order does not matter */
+                be->note_pending = op;
+                out--;
+                continue;
+            }
             e->kind = SRV_CQE_WRITE;
-            e->op = c->op_context;
+            e->op = op;
         } else {
             out--;
             util_log_warn("ofi: completion with unexpected flags 0x%" PRIx64, (uint64_t)c->flags);

@@ -43,6 +43,7 @@ struct srv_rdma_op {
     uint64_t rkey;
     srv_done_fn done;
     void *ctx;
+    uint64_t note[2]; /* backend scratch: ofi's write notification */
 };
 
 enum srv_cqe_kind {

@@ -95,8 +95,10 @@ static void on_imm(uint32_t imm, int src, size_t len)
 {
     uint32_t kind = imm >> 28, from = imm & 0xffffff;
     if ((int)from != src || (kind == 0xA && len != SEG) || (kind == 0xB && len != 0) ||
-        (kind != 0xA && kind != 0xB && kind != 0xC))
+        (kind != 0xA && kind != 0xB && kind != 0xC)) {
+        fprintf(stderr, "bad immediate %#x from rank %d, %zu bytes\n", imm, src, len);
         atomic_fetch_add(&bad, 1);
+    }
     atomic_fetch_add(&imms_got, 1);
 }
 

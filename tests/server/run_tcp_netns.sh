@@ -1,0 +1,41 @@
+#!/bin/sh
+# Two ranks over libfabric tcp;ofi_rxm between two network namespaces joined
+# by a veth pair (10.77.0.1/24 — 10.77.0.2/24), created here and removed on
+# exit. Needs root. Usage: run_tcp_netns.sh MPIV_RUN TEST_BINARY
+# mpiv_run itself runs in the first namespace so that its key-value
+# exchange (--bind 10.77.0.1) is reachable from both.
+set -eu
+RUN=$1
+PROG=$2
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+    echo "skipped: needs root and ip(8)"
+    exit 77
+fi
+tag=$$
+A=mpivA$tag
+B=mpivB$tag
+cleanup() {
+    ip netns del "$A" 2>/dev/null || true
+    ip netns del "$B" 2>/dev/null || true
+    ip link del "mva$tag" 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+ip netns add "$A"
+ip netns add "$B"
+ip link add "mva$tag" type veth peer name "mvb$tag"
+ip link set "mva$tag" netns "$A"
+ip link set "mvb$tag" netns "$B"
+# the same interface name on both sides, so one FI_TCP_IFACE fits both
+ip -n "$A" link set "mva$tag" name mpiv0
+ip -n "$B" link set "mvb$tag" name mpiv0
+ip -n "$A" addr add 10.77.0.1/24 dev mpiv0
+ip -n "$B" addr add 10.77.0.2/24 dev mpiv0
+for ns in "$A" "$B"; do
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set mpiv0 up
+done
+ip netns exec "$A" "$RUN" -n 2 -H "$A,$B" --launcher 'ip netns exec {host}' \
+    --bind 10.77.0.1 --timeout 25 --tag-output \
+    -x 'MPIV_OFI_PROVIDER=tcp;ofi_rxm' -x FI_TCP_IFACE=mpiv0 -x MPIV_NET=ofi \
+    -x MPIV_LOG=info \
+    "$PROG"
