@@ -209,6 +209,30 @@ md="$out/pt2pt.md"
         mt_msgrate) echo "### Multi-threaded message rate (8 B, window of 64 per pair, messages/s) — higher is better"; echo; echo "Runs:$st"; echo; table mt_msgrate "Pairs" "msg/s" 0 ;;
         esac
     done
+    # The aims of issue 6, from the same run.
+    val() { awk -v x="$2" '$1 == x {print $2}' "$out/dat/$1.dat" 2>/dev/null; }
+    aim() { # aim TEXT MPIV_VALUE MPICH_VALUE LOWER_IS_BETTER GOAL_RATIO
+        if [ -z "$2" ] || [ -z "$3" ]; then echo "| $1 | — | — | — | not measured |"; return; fi
+        awk -v t="$1" -v a="$2" -v b="$3" -v lower="$4" -v goal="$5" 'BEGIN {
+            r = lower ? b / a : a / b
+            printf "| %s | %s | %s | %.2f× | %s |\n", t, a, b, r, (r >= goal ? "met" : "not met") }'
+    }
+    echo
+    echo "### Aims of issue 6 (this run)"
+    echo
+    echo "| aim | MPIv | MPICH | MPIv speedup | |"
+    echo "|---|---:|---:|---:|---|"
+    aim "8 B latency (µs) ≤ MPICH's" "$(val latency.mpiv 8)" "$(val latency.mpich 8)" 1 1
+    aim "message rate, 64 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv 64)" "$(val mt_msgrate.mpich 64)" 0 10
+    aim "1 MiB ping-pong (µs; bandwidth = size / time) ≥ 1.2× MPICH's bandwidth" "$(val latency.mpiv 1048576)" "$(val latency.mpich 1048576)" 1 1.2
+    echo
+    echo "### Commands"
+    echo
+    for b in "${bench_list[@]}"; do
+        for impl in "${impl_list[@]}"; do
+            sed -n 's/^# command: \(.*\)/    \1/p' "$out/raw/$b.$impl.txt" 2>/dev/null
+        done
+    done
 } >"$md"
 cat "$md"
 
