@@ -91,14 +91,12 @@ static void *run(void *unused)
     for (int k = 0; k < opts.npairs; k++) {
         int n = opts.pairs[k];
         /* About the same number of round trips for every pair count. */
-        long total = opts.quick ? 2000 : 40000;
+        long total = opts.quick ? 2000 : 20000;
         long iters = opts.iters ? opts.iters : total / n;
         if (iters < 10)
             iters = 10;
-        struct pair *ps = calloc((size_t)n, sizeof *ps);
+        struct pair *ps = bc_alloc((size_t)n * sizeof *ps); /* cache-line aligned */
         struct bc_team team;
-        if (!ps)
-            BC_DIE("out of memory");
         for (int i = 0; i < n; i++)
             ps[i] = (struct pair){.id = i, .me = me, .iters = iters, .skip = iters / 10 + 1,
                                   .size = opts.size, .team = &team};

@@ -97,10 +97,8 @@ static void *run(void *unused)
         long iters = opts.iters ? opts.iters : total / ((long)n * opts.window);
         if (iters < 4)
             iters = 4;
-        struct pair *ps = calloc((size_t)n, sizeof *ps);
+        struct pair *ps = bc_alloc((size_t)n * sizeof *ps); /* cache-line aligned */
         struct bc_team team;
-        if (!ps)
-            BC_DIE("out of memory");
         for (int i = 0; i < n; i++)
             ps[i] = (struct pair){.id = i, .me = me, .window = opts.window, .iters = iters,
                                   .skip = iters / 10 + 1, .size = opts.size, .team = &team};
