@@ -48,6 +48,12 @@ struct ht_table;
 int ht_create(struct ht_table **t, size_t nbuckets);
 void ht_destroy(struct ht_table *t);
 
+/* v must not be HT_EMPTY (a NULL request pointer). Never fails: running
+ * out of memory for an overflow bucket or a per-key queue is fatal. */
 ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
+
+/* Number of values waiting in the table (both kinds). Locks each bucket in
+ * turn: exact only when no one inserts concurrently (tests, finalize). */
+size_t ht_count(struct ht_table *t);
 
 #endif

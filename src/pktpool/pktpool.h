@@ -47,6 +47,8 @@ void pkt_pool_destroy(struct pkt_pool *pool);
 void pkt_pool_region(struct pkt_pool *pool, void **base, size_t *len);
 size_t pkt_data_size(const struct pkt_pool *pool);
 size_t pkt_count(const struct pkt_pool *pool);
+/* Bytes from one packet to the next: 64 + data_size rounded up to 64. */
+size_t pkt_stride(const struct pkt_pool *pool);
 pkt_t *pkt_by_index(struct pkt_pool *pool, uint32_t idx);
 
 /* Worker side (worker in [0, nworkers) or -1 for a plain pthread). */

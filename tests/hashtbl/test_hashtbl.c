@@ -1,0 +1,234 @@
+/* Unit tests for src/hashtbl: matching, per-key FIFO on both sides,
+ * collisions and overflow chains, key packing. Single-threaded; the
+ * concurrent checks are in test_hashtbl_stress.c. */
+#include <check.h>
+#include <stdlib.h>
+
+#include "hashtbl/hashtbl.h"
+
+/* Objects the table points to: aligned, distinguishable. */
+struct obj {
+    _Alignas(8) int id;
+};
+
+static struct obj reqs[4096], pkts[4096];
+
+static ht_value R(int i) { return ht_val(&reqs[i], HT_KIND_REQ); }
+static ht_value P(int i) { return ht_val(&pkts[i], HT_KIND_PKT); }
+
+START_TEST(create_rejects_bad_sizes)
+{
+    struct ht_table *t = (void *)1;
+    ck_assert_int_eq(ht_create(&t, 1000), MPIV_ERR_ARG);
+    ck_assert_ptr_null(t);
+    ck_assert_int_eq(ht_create(NULL, 1024), MPIV_ERR_ARG);
+    ck_assert_int_eq(ht_create(&t, 0), MPIV_SUCCESS); /* default size */
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+    ck_assert_int_eq(ht_create(&t, 1), MPIV_SUCCESS);
+    ht_destroy(t);
+    ht_destroy(NULL);
+}
+END_TEST
+
+START_TEST(req_then_pkt_and_pkt_then_req)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 64), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 3, 42);
+    ck_assert_uint_eq(ht_match_or_insert(t, k, R(0)), HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), 1);
+    ht_value m = ht_match_or_insert(t, k, P(0));
+    ck_assert_uint_eq(m, R(0));
+    ck_assert_uint_eq(ht_kind(m), HT_KIND_REQ);
+    ck_assert_ptr_eq(ht_ptr(m), &reqs[0]);
+    ck_assert_uint_eq(ht_count(t), 0);
+
+    ck_assert_uint_eq(ht_match_or_insert(t, k, P(1)), HT_EMPTY);
+    m = ht_match_or_insert(t, k, R(1));
+    ck_assert_uint_eq(m, P(1));
+    ck_assert_uint_eq(ht_kind(m), HT_KIND_PKT);
+    ck_assert_ptr_eq(ht_ptr(m), &pkts[1]);
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+START_TEST(keys_differing_in_any_field_do_not_match)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 16), MPIV_SUCCESS);
+    ht_key base = ht_make_key(HT_CTX_USER, 5, 7);
+    ht_key others[] = {
+        ht_make_key(HT_CTX_COLL, 5, 7), ht_make_key(HT_CTX_RTR, 5, 7),
+        ht_make_key(HT_CTX_USER, 6, 7), ht_make_key(HT_CTX_USER, 5, 8),
+        ht_make_key(HT_CTX_USER, MPIV_RANK_MAX, MPIV_TAG_MAX),
+        ht_make_key(HT_CTX_USER, 0, 0),
+    };
+    ck_assert_uint_eq(ht_match_or_insert(t, base, R(0)), HT_EMPTY);
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, others[i], P(i)), HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), 7);
+    ck_assert_uint_eq(ht_match_or_insert(t, base, P(10)), R(0));
+    for (int i = 0; i < 6; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, others[i], R(10 + i)), P(i));
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+START_TEST(key_packing_fields)
+{
+    ht_key k = ht_make_key(0xab, 0x123456, 0x89abcdefu);
+    ck_assert_uint_eq(k >> 56, 0xab);
+    ck_assert_uint_eq((k >> 32) & 0xffffff, 0x123456);
+    ck_assert_uint_eq(k & 0xffffffffu, 0x89abcdefu);
+    /* Out-of-range ranks cannot bleed into the context. */
+    ck_assert_uint_eq(ht_make_key(0, 0xff000001u, 0) >> 56, 0);
+}
+END_TEST
+
+/* n values of one kind under one key come out in the order they went in,
+ * for both kinds, crossing the queue's inline capacity and ring growth. */
+static void fifo_one_key(int n, uintptr_t first_kind)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 8), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 1, 1);
+    ht_value (*waiting)(int) = first_kind == HT_KIND_REQ ? R : P;
+    ht_value (*arriving)(int) = first_kind == HT_KIND_REQ ? P : R;
+    for (int i = 0; i < n; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, k, waiting(i)), HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), (size_t)n);
+    for (int i = 0; i < n; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, k, arriving(i)), waiting(i));
+    ck_assert_uint_eq(ht_count(t), 0);
+    /* The key is gone: the next value waits again. */
+    ck_assert_uint_eq(ht_match_or_insert(t, k, arriving(0)), HT_EMPTY);
+    ck_assert_uint_eq(ht_match_or_insert(t, k, waiting(0)), arriving(0));
+    ht_destroy(t);
+}
+
+START_TEST(fifo_requests)
+{
+    int sizes[] = {2, 3, 5, 6, 17, 1000};
+    for (int i = 0; i < 6; i++)
+        fifo_one_key(sizes[i], HT_KIND_REQ);
+}
+END_TEST
+
+START_TEST(fifo_packets)
+{
+    int sizes[] = {2, 3, 5, 6, 17, 1000};
+    for (int i = 0; i < 6; i++)
+        fifo_one_key(sizes[i], HT_KIND_PKT);
+}
+END_TEST
+
+/* A queue that drains partly and refills keeps its order across the ring's
+ * wrap-around and growth. */
+START_TEST(fifo_interleaved_with_wraparound)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 4), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 9, 9);
+    int in = 0, out = 0;
+    for (int round = 0; round < 200; round++) {
+        int push = 1 + (round * 7) % 11, pop = 1 + (round * 5) % 9;
+        for (int i = 0; i < push; i++, in++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, R(in % 4096)), HT_EMPTY);
+        for (int i = 0; i < pop && out < in; i++, out++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, P(0)), R(out % 4096));
+        ck_assert_uint_eq(ht_count(t), (size_t)(in - out));
+    }
+    while (out < in) {
+        ck_assert_uint_eq(ht_match_or_insert(t, k, P(0)), R(out % 4096));
+        out++;
+    }
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+/* One bucket, many keys: everything lives in overflow chains, entries are
+ * freed from the middle of a chain and reused, chains shrink back. */
+START_TEST(overflow_chains)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 1), MPIV_SUCCESS);
+    enum { N = 300 };
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 0, (uint32_t)i), R(i)), HT_EMPTY);
+    /* a second request under every third key: queues inside the chain */
+    for (int i = 0; i < N; i += 3)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 0, (uint32_t)i), R(N + i)),
+                          HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), N + N / 3);
+    /* match the odd keys first (holes everywhere), then the even ones */
+    for (int pass = 1; pass >= 0; pass--)
+        for (int i = pass; i < N; i += 2)
+            ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 0, (uint32_t)i), P(i)), R(i));
+    ck_assert_uint_eq(ht_count(t), N / 3);
+    for (int i = 0; i < N; i += 3)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 0, (uint32_t)i), P(i)), R(N + i));
+    ck_assert_uint_eq(ht_count(t), 0);
+    /* refill after the chain shrank */
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(1, 2, (uint32_t)i), P(i)), HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), N);
+    ht_destroy(t); /* frees chains and queues with values still waiting */
+}
+END_TEST
+
+/* Destroying a table with queues and chains still populated frees them
+ * (ASan's leak checker watches this one). */
+START_TEST(destroy_with_queues)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 2), MPIV_SUCCESS);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 1 + i % 9; j++)
+            ht_match_or_insert(t, ht_make_key(0, (uint32_t)i, 0), P(j));
+    ht_destroy(t);
+}
+END_TEST
+
+/* Many distinct keys in a sized table behave like a map. */
+START_TEST(many_keys)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 1024), MPIV_SUCCESS);
+    enum { N = 4096 };
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, (uint32_t)i % 64, (uint32_t)i / 64), P(i)),
+                          HT_EMPTY);
+    ck_assert_uint_eq(ht_count(t), N);
+    for (int i = N - 1; i >= 0; i--)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, (uint32_t)i % 64, (uint32_t)i / 64), R(i)),
+                          P(i));
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hashtbl");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, create_rejects_bad_sizes);
+    tcase_add_test(tc, req_then_pkt_and_pkt_then_req);
+    tcase_add_test(tc, keys_differing_in_any_field_do_not_match);
+    tcase_add_test(tc, key_packing_fields);
+    tcase_add_test(tc, fifo_requests);
+    tcase_add_test(tc, fifo_packets);
+    tcase_add_test(tc, fifo_interleaved_with_wraparound);
+    tcase_add_test(tc, overflow_chains);
+    tcase_add_test(tc, destroy_with_queues);
+    tcase_add_test(tc, many_keys);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
