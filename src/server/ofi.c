@@ -160,12 +160,13 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
     fi_freeinfo(hints);
     if (rc) {
+        rc = util_err(MPIV_ERR_NET,
+                      "libfabric provider '%s' offers no reliable-datagram endpoint with "
+                      "messages, RMA and remote CQ data (fi_getinfo: %s); set "
+                      "MPIV_OFI_PROVIDER (e.g. shm, tcp;ofi_rxm)",
+                      be->prov, fi_strerror(-rc));
         free(be);
-        return util_err(MPIV_ERR_NET,
-                        "libfabric provider '%s' offers no reliable-datagram endpoint with "
-                        "messages, RMA and remote CQ data (fi_getinfo: %s); set "
-                        "MPIV_OFI_PROVIDER (e.g. shm, tcp;ofi_rxm)",
-                        be->prov, fi_strerror(-rc));
+        return rc;
     }
     struct fi_info *fi = be->info;
     if (fi->domain_attr->cq_data_size < 8) {
