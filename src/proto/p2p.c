@@ -230,6 +230,13 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         return;
     }
     int rc = srv_mr_get(r->buf, (size_t)h->size, &r->mr);
+    uint64_t raddr = 0, rkey = 0;
+    if (rc == MPIV_SUCCESS) {
+        raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
+        rkey = r->mr->rkey;
+    }
+    /* Publishing the slot hands r to the imm handler: r is not touched
+     * after it (the slot lock orders everything written before). */
     uint32_t imm = rc == MPIV_SUCCESS ? rdv_slot_get(r) : UINT32_MAX;
     if (imm == UINT32_MAX) {
         if (rc == MPIV_SUCCESS) {
@@ -242,8 +249,7 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         proto_complete(r, rc);
         return;
     }
-    uint64_t raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
-    proto_send_rtr(p, PROTO_RTR_OK, imm, raddr, r->mr->rkey);
+    proto_send_rtr(p, PROTO_RTR_OK, imm, raddr, rkey);
 }
 
 /* Server: an EAGER or RTS packet arrived. */
@@ -271,6 +277,8 @@ void proto_on_rtr(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     struct mpiv_request *r = (struct mpiv_request *)(uintptr_t)h->sreq;
+    if (util_unlikely(!atomic_load_explicit(&r->armed, memory_order_acquire)))
+        util_fatal("RTR from rank %d names a send request that was never sent", h->src);
     if (h->flags != PROTO_RTR_OK) {
         pkt_put_server(proto.pool, p);
         /* The receiver refused (its buffer was too small): the send is over
@@ -313,6 +321,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
 {
     sched_sync_init(&r->sync);
     atomic_init(&r->done, 0);
+    atomic_init(&r->armed, 0);
     r->kind = kind;
     r->buf = buf;
     r->size = size;
@@ -358,6 +367,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
     h->type = PROTO_RTS;
     h->sreq = (uint64_t)(uintptr_t)r;
     p->len = sizeof *h;
+    atomic_store_explicit(&r->armed, 1, memory_order_release);
     int rc = srv_send(p, dest);
     if (rc != MPIV_SUCCESS) {
         srv_mr_put(r->mr);

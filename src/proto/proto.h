@@ -49,6 +49,11 @@ enum proto_req_kind { PROTO_REQ_SEND = 1, PROTO_REQ_RECV = 2 };
 struct mpiv_request {
     sched_sync sync;   /* the waiter sleeps here; signalled once at completion */
     atomic_int done;   /* 1 once complete and no other thread touches it    */
+    atomic_int armed;  /* large send: 1 once the fields the server reads are
+                          written (release before the RTS goes out; the
+                          server's acquire when the RTR comes back makes the
+                          order visible even where it travels through an
+                          uninstrumented network library)                    */
     int kind;          /* enum proto_req_kind                                */
     int heap;          /* 1 if malloc'ed (isend/irecv), 0 if on a stack      */
     void *buf;         /* user buffer                                        */
