@@ -302,11 +302,14 @@ retry:
 
 done:
     util_spin_unlock(&head->lock);
-    if (garbage)
-        ht_queue_free(garbage);
-    free(dead_bucket);
-    free(spare);
-    free(spare_ring);
+    /* Only rare paths leave something to free: test before calling. */
+    if (util_unlikely(garbage || dead_bucket || spare || spare_ring)) {
+        if (garbage)
+            ht_queue_free(garbage);
+        free(dead_bucket);
+        free(spare);
+        free(spare_ring);
+    }
     return ret;
 
 need_line:
