@@ -31,9 +31,12 @@
 
 /* Successful gets per thread; a scarce pool makes threads yield often,
  * which costs whole time slices on a loaded machine: fewer there. */
-#ifdef MPIV_TSAN
-#define GETS 40000
-#define SCARCE_GETS 5000
+#if defined(MPIV_TSAN)
+#define GETS 20000
+#define SCARCE_GETS 3000
+#elif defined(__SANITIZE_ADDRESS__)
+#define GETS 100000
+#define SCARCE_GETS 10000
 #else
 #define GETS 300000
 #define SCARCE_GETS 30000
