@@ -14,6 +14,10 @@
  * then steals from a random private deque's bottom. A pthread that is not a
  * worker passes worker = -1 and uses the shared stack only.
  *
+ * A worker whose deque is empty takes from the shared stack, then steals
+ * from another deque's bottom, so packets idling in one worker's deque
+ * never starve another.
+ *
  * pkt_get never blocks: it returns NULL when no packet is free. The blocking
  * get (a ULT yields until one comes back) is the protocol layer's, which
  * knows about the scheduler and the server.
