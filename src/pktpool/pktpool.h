@@ -12,11 +12,11 @@
  * PushTop; a full deque spills its bottom, least recently used packet, to the
  * shared stack). The server takes from the shared lock-free stack first,
  * then steals from a random private deque's bottom. A pthread that is not a
- * worker passes worker = -1 and uses the shared stack only.
+ * worker passes worker = -1: it has no deque and returns to the shared stack.
  *
- * A worker whose deque is empty takes from the shared stack, then steals
- * from another deque's bottom, so packets idling in one worker's deque
- * never starve another.
+ * A worker whose deque is empty (or a worker = -1 caller) takes from the
+ * shared stack, then steals from another deque's bottom, so packets idling
+ * in one worker's deque never starve anyone else.
  *
  * pkt_get never blocks: it returns NULL when no packet is free. The blocking
  * get (a ULT yields until one comes back) is the protocol layer's, which
