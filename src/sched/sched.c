@@ -1,0 +1,643 @@
+/*
+ * sched.c — workers, ULT stacks and slots, the worker loop, spawn and join,
+ * and the stack-overflow report. The hot paths (signal, wait, yield and the
+ * ULT side of a switch) are in sched_internal.h, whose top comment states
+ * the invariants of the runnable set and of sleeping.
+ *
+ * Slots and stacks: Γ is bound for good to one stack when first used; its
+ * record (struct mpiv_ult) sits at the top of that stack. Freed slots go on
+ * the worker's LIFO free list (under w->lock, shared with spawners on other
+ * pthreads), so the next spawn reuses the most recently used, cache-warm
+ * stack. Stacks are carved from chunks of SCHED_STACK_CHUNK mappings, each
+ * stack with a guard page below it: MADV_GUARD_INSTALL where the kernel has
+ * it (no extra VMA, so a million guards fit under vm.max_map_count), else
+ * mprotect while a VMA budget lasts.
+ *
+ * Invariants of the slot allocator (w->lock held for all of them):
+ *   S1. hwm slots were ever used; slot[0..hwm) point to their records.
+ *   S2. free_list holds exactly the used slots that are joined; live =
+ *       hwm - |free_list|.
+ *   S3. nsum >= hwm / 4096 rounded up, stored before the first bit of a new
+ *       summary word can be set (release; the worker loads it with acquire
+ *       in a sweep, seq_cst before sleeping).
+ */
+#include <errno.h>
+#include <hwloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "sched/sched_internal.h"
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+/* Without MADV_GUARD_INSTALL each guard costs two VMAs; keep well below the
+ * default vm.max_map_count (65530) and go on without guards beyond it. */
+#define SCHED_GUARD_VMA_BUDGET 20000
+
+struct sched_global sched_g;
+_Thread_local struct sched_worker *sched_tls_worker __attribute__((tls_model("initial-exec")));
+
+struct sched_chunk {
+    struct sched_chunk *next;
+    void *base;
+    size_t len;
+};
+
+static struct sigaction sched_old_segv;
+static int sched_segv_installed;
+
+/* ------------------------------------------------------------------------ */
+/* stacks                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void *map_zeroed(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void install_guard(char *page)
+{
+    if (sched_g.guard_madvise) {
+        if (madvise(page, sched_g.page, MADV_GUARD_INSTALL) == 0)
+            return;
+        sched_g.guard_madvise = 0; /* an older kernel: fall back below */
+    }
+    /* relaxed: a budget counter, nothing is published through it */
+    if (atomic_fetch_add_explicit(&sched_g.guard_vmas, 1, memory_order_relaxed) <
+        SCHED_GUARD_VMA_BUDGET) {
+        mprotect(page, sched_g.page, PROT_NONE);
+        return;
+    }
+    static atomic_int warned;
+    /* relaxed: warn once, no data depends on it */
+    if (!atomic_exchange_explicit(&warned, 1, memory_order_relaxed))
+        util_log_warn("kernel lacks MADV_GUARD_INSTALL: ULT stacks beyond %d have no guard page",
+                      SCHED_GUARD_VMA_BUDGET);
+}
+
+/* Maps a new chunk of stacks for w. w->lock held. */
+static int map_chunk(struct sched_worker *w)
+{
+    size_t stride = sched_g.page + sched_g.stack_size;
+    size_t len = stride * SCHED_STACK_CHUNK;
+    struct sched_chunk *c = malloc(sizeof *c);
+    char *base = c ? map_zeroed(len) : NULL;
+    if (!base) {
+        free(c);
+        return -1;
+    }
+    /* a 2 MiB huge page would commit 2 MiB for one touched stack page */
+    madvise(base, len, MADV_NOHUGEPAGE);
+    for (int i = 0; i < SCHED_STACK_CHUNK; i++)
+        install_guard(base + (size_t)i * stride);
+    c->base = base;
+    c->len = len;
+    c->next = w->chunks;
+    w->chunks = c;
+    w->chunk = base;
+    w->chunk_left = SCHED_STACK_CHUNK;
+    return 0;
+}
+
+/* A never-used slot with its stack, or NULL. w->lock held. */
+static struct mpiv_ult *new_slot(struct sched_worker *w)
+{
+    if (w->hwm >= sched_g.max_ults) {
+        util_err(MPIV_ERR_NO_RESOURCES,
+                 "worker %d already holds MPIV_MAX_ULTS=%u ULTs: join some first",
+                 w->id, sched_g.max_ults);
+        return NULL;
+    }
+    if (w->chunk_left == 0 && map_chunk(w) != 0) {
+        util_err(MPIV_ERR_NO_RESOURCES, "cannot map ULT stacks: %s", strerror(errno));
+        return NULL;
+    }
+    char *base = w->chunk;
+    size_t stride = sched_g.page + sched_g.stack_size;
+    w->chunk += stride;
+    w->chunk_left--;
+    size_t rec = (sizeof(struct mpiv_ult) + UTIL_CACHELINE - 1) & ~(size_t)(UTIL_CACHELINE - 1);
+    struct mpiv_ult *u = (struct mpiv_ult *)(base + stride - rec);
+    u->w = w;
+    u->id = w->hwm;
+    u->stack_lo = base + sched_g.page;
+    u->stack_size = (size_t)((char *)u - u->stack_lo);
+    w->slot[u->id] = u;
+    uint32_t need = u->id / 4096 + 1;
+    /* relaxed load: only this lock holder writes nsum. The store is at
+     * least release (a sweep that sees the new count sees slot[], S3) and
+     * seq_cst for the sleeping protocol (a sleeping worker's seq_cst load
+     * of nsum is ordered against our later seq_cst summary bit-set). */
+    if (atomic_load_explicit(&w->nsum, memory_order_relaxed) < need)
+        atomic_store_explicit(&w->nsum, need, memory_order_seq_cst);
+    w->hwm++;
+    return u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* running ULTs                                                             */
+/* ------------------------------------------------------------------------ */
+
+static void ult_entry(transfer_t t)
+{
+    struct sched_worker *w = sched_tls_worker;
+    w->sched_ctx = t.fctx;
+#ifdef SCHED_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    struct mpiv_ult *u = w->current;
+    u->ret = u->fn(u->arg);
+    /* never resumed: the scheduler signals the joiner from its own stack,
+     * so the joiner may recycle this stack at once */
+    sched_to_scheduler(w, u, SCHED_ULT_FINISHED);
+    util_fatal("finished ULT %u resumed", u->id);
+}
+
+static inline void sched_run(struct sched_worker *w, struct mpiv_ult *u)
+{
+    w->current = u;
+#ifdef SCHED_ASAN
+    __sanitizer_start_switch_fiber(&w->asan_fake, u->stack_lo, u->stack_size);
+#endif
+#ifdef MPIV_TSAN
+    __tsan_switch_to_fiber(u->tsan_fiber, 0);
+#endif
+    transfer_t t = jump_fcontext(u->ctx, NULL);
+#ifdef SCHED_ASAN
+    __sanitizer_finish_switch_fiber(w->asan_fake, NULL, NULL);
+#endif
+    w->current = NULL;
+    if (t.data != SCHED_ULT_FINISHED) {
+        u->ctx = t.fctx;
+        return;
+    }
+#ifdef MPIV_TSAN
+    __tsan_destroy_fiber(u->tsan_fiber);
+#endif
+    sched_signal_inline(&u->join); /* u may be recycled from here on */
+}
+
+static inline void run_word(struct sched_worker *w, uint32_t wi)
+{
+    /* acquire: pairs with the release bit-sets, so each ULT's record and
+     * its signaller's writes are visible before it runs (R2) */
+    uint64_t bits = atomic_exchange_explicit(&w->words[wi], 0, memory_order_acquire);
+    while (bits) {
+        uint32_t b = (uint32_t)__builtin_ctzll(bits);
+        bits &= bits - 1;
+        sched_run(w, w->slot[wi * 64 + b]);
+    }
+}
+
+/* One sweep over the runnable set (R4). Returns whether anything ran. */
+static bool sched_sweep(struct sched_worker *w)
+{
+    /* acquire: pairs with new_slot's store, slot[] is then visible (S3) */
+    uint32_t n = atomic_load_explicit(&w->nsum, memory_order_acquire);
+    uint32_t start = w->scan_start < n ? w->scan_start : 0;
+    unsigned rot = (unsigned)(w->sweeps++ & 63);
+    bool ran = false;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = start + k < n ? start + k : start + k - n;
+        /* relaxed: a peek to avoid writing a clean line; the exchange
+         * below is what orders */
+        if (!atomic_load_explicit(&w->summary[i], memory_order_relaxed))
+            continue;
+        /* acquire: as in run_word */
+        uint64_t s = atomic_exchange_explicit(&w->summary[i], 0, memory_order_acquire);
+        uint64_t hi = s & (~UINT64_C(0) << rot), lo = s & ~(~UINT64_C(0) << rot);
+        for (uint64_t m = hi; m; m &= m - 1)
+            run_word(w, i * 64 + (uint32_t)__builtin_ctzll(m));
+        for (uint64_t m = lo; m; m &= m - 1)
+            run_word(w, i * 64 + (uint32_t)__builtin_ctzll(m));
+        ran |= s != 0;
+    }
+    w->scan_start = start + 1 < n ? start + 1 : 0;
+    return ran;
+}
+
+static bool any_runnable(struct sched_worker *w, memory_order mo)
+{
+    uint32_t n = atomic_load_explicit(&w->nsum, mo);
+    for (uint32_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&w->summary[i], mo))
+            return true;
+    return false;
+}
+
+static void worker_loop(struct sched_worker *w)
+{
+    for (;;) {
+        if (sched_sweep(w))
+            continue;
+        /* idle: spin, then yield the core, then sleep */
+        uint64_t t0 = util_now_ns();
+        bool found = false;
+        for (unsigned i = 0;; i++) {
+            /* relaxed: a peek; the sweep's exchanges order */
+            if (any_runnable(w, memory_order_relaxed)) {
+                found = true;
+                break;
+            }
+            /* relaxed: finalize wakes us again after setting stop */
+            if (atomic_load_explicit(&w->stop, memory_order_relaxed))
+                return;
+            uint64_t dt = (i & 15) ? 0 : util_now_ns() - t0;
+            if (dt >= SCHED_IDLE_YIELD_NS)
+                break;
+            if (dt >= SCHED_IDLE_SPIN_NS)
+                sched_yield();
+            else
+                util_cpu_relax();
+        }
+        if (found)
+            continue;
+        /* seq_cst: the Dekker pair with remote signallers (header top) */
+        atomic_store_explicit(&w->sleeping, 1, memory_order_seq_cst);
+        if (any_runnable(w, memory_order_seq_cst) ||
+            atomic_load_explicit(&w->stop, memory_order_seq_cst)) {
+            /* relaxed: nobody waits for this store */
+            atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
+            continue;
+        }
+        /* relaxed: the futex re-checks the value in the kernel, and the
+         * sweep's exchanges order the data */
+        while (atomic_load_explicit(&w->sleeping, memory_order_relaxed) == 1)
+            sched_futex(&w->sleeping, FUTEX_WAIT, 1);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct sched_worker *w = arg;
+    sched_tls_worker = w;
+    stack_t ss = {.ss_sp = w->altstack, .ss_size = 64 << 10, .ss_flags = 0};
+    if (w->altstack)
+        sigaltstack(&ss, NULL);
+    pthread_attr_t a;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+        void *lo;
+        size_t sz;
+        pthread_attr_getstack(&a, &lo, &sz);
+        w->sched_stack_lo = lo;
+        w->sched_stack_size = sz;
+        pthread_attr_destroy(&a);
+    }
+#ifdef MPIV_TSAN
+    w->tsan_fiber = __tsan_get_current_fiber();
+#endif
+    worker_loop(w);
+    if (w->altstack) {
+        ss.ss_flags = SS_DISABLE;
+        sigaltstack(&ss, NULL);
+    }
+    sched_tls_worker = NULL;
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* stack overflow                                                           */
+/* ------------------------------------------------------------------------ */
+
+static char *fmt_uint(char *p, unsigned long v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static void sched_segv(int sig, siginfo_t *si, void *ctx)
+{
+    struct sched_worker *w = sched_tls_worker;
+    struct mpiv_ult *u = w ? w->current : NULL;
+    char *a = si->si_addr;
+    if (u && a < u->stack_lo && a >= u->stack_lo - sched_g.page) {
+        char msg[96], *p = msg;
+        static const char h[] = "mpiv: ULT stack overflow (worker ";
+        memcpy(p, h, sizeof h - 1);
+        p = fmt_uint(p + sizeof h - 1, (unsigned long)w->id);
+        memcpy(p, ", ULT ", 6);
+        p = fmt_uint(p + 6, u->id);
+        memcpy(p, "); raise MPIV_STACK_SIZE\n", 25);
+        p += 25;
+        ssize_t r = write(2, msg, (size_t)(p - msg));
+        (void)r;
+        abort();
+    }
+    /* not ours: hand it to whoever was there before (a sanitizer, or the
+     * default action, which the re-executed access then triggers) */
+    if (sched_old_segv.sa_flags & SA_SIGINFO) {
+        sched_old_segv.sa_sigaction(sig, si, ctx);
+    } else if (sched_old_segv.sa_handler == SIG_DFL || sched_old_segv.sa_handler == SIG_IGN) {
+        signal(sig, SIG_DFL);
+    } else {
+        sched_old_segv.sa_handler(sig);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* start and stop                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void free_worker(struct sched_worker *w)
+{
+    if (!w)
+        return;
+    for (struct sched_chunk *c = w->chunks, *n; c; c = n) {
+        n = c->next;
+        munmap(c->base, c->len);
+        free(c);
+    }
+    if (w->words)
+        munmap((void *)w->words, sched_g.nwords * sizeof(uint64_t));
+    if (w->summary)
+        munmap((void *)w->summary, sched_g.nsumwords * sizeof(uint64_t));
+    if (w->slot)
+        munmap(w->slot, sched_g.max_ults * sizeof(void *));
+    if (w->altstack)
+        munmap(w->altstack, 64 << 10);
+    free(w);
+}
+
+static void free_all(void)
+{
+    if (sched_g.workers)
+        for (int i = 0; i < sched_g.nworkers; i++)
+            free_worker(sched_g.workers[i]);
+    free(sched_g.workers);
+    free(sched_g.cores);
+    sched_g.workers = NULL;
+    sched_g.cores = NULL;
+}
+
+/* Which hwloc logical core worker i of this rank runs on: this rank's
+ * share of the cores, in order, wrapping when workers outnumber it. */
+static void plan_cores(const struct util_config *cfg, int ncores)
+{
+    int share = ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        if (share >= 1)
+            sched_g.cores[i] = cfg->local_rank * share + i % share;
+        else
+            sched_g.cores[i] = (cfg->local_rank * sched_g.nworkers + i) % ncores;
+    }
+}
+
+int sched_init(const struct util_config *cfg)
+{
+    if (!cfg)
+        return util_err(MPIV_ERR_ARG, "sched_init: cfg is NULL");
+    if (sched_ready())
+        return util_err(MPIV_ERR_STATE, "the scheduler is already running");
+    if (cfg->workers < 1 || cfg->workers > 4096 || cfg->max_ults < 64 ||
+        cfg->max_ults > (1 << 24) || cfg->stack_size < (16 << 10))
+        return util_err(MPIV_ERR_CONFIG, "scheduler: workers=%lld max_ults=%lld stack=%lld out of range",
+                        (long long)cfg->workers, (long long)cfg->max_ults,
+                        (long long)cfg->stack_size);
+    long page = sysconf(_SC_PAGESIZE);
+    sched_g.page = page > 0 ? (size_t)page : 4096;
+    sched_g.nworkers = (int)cfg->workers;
+    sched_g.max_ults = (uint32_t)cfg->max_ults;
+    sched_g.nwords = (sched_g.max_ults + 63) / 64;
+    sched_g.nsumwords = (sched_g.nwords + 63) / 64;
+    sched_g.stack_size = ((size_t)cfg->stack_size + sched_g.page - 1) / sched_g.page * sched_g.page;
+    sched_g.guard_madvise = 1;
+    atomic_store_explicit(&sched_g.guard_vmas, 0, memory_order_relaxed); /* single-threaded */
+    sched_g.workers = calloc((size_t)sched_g.nworkers, sizeof *sched_g.workers);
+    sched_g.cores = calloc((size_t)sched_g.nworkers, sizeof *sched_g.cores);
+    if (!sched_g.workers || !sched_g.cores)
+        goto nomem;
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = aligned_alloc(UTIL_CACHELINE, sizeof *w);
+        if (!w)
+            goto nomem;
+        memset(w, 0, sizeof *w);
+        sched_g.workers[i] = w;
+        w->id = i;
+        util_spin_init(&w->lock);
+        w->words = map_zeroed(sched_g.nwords * sizeof(uint64_t));
+        w->summary = map_zeroed(sched_g.nsumwords * sizeof(uint64_t));
+        w->slot = map_zeroed(sched_g.max_ults * sizeof(void *));
+        w->altstack = map_zeroed(64 << 10);
+        if (!w->words || !w->summary || !w->slot || !w->altstack)
+            goto nomem;
+    }
+
+    hwloc_topology_t topo = NULL;
+    int ncores = 0;
+    if (hwloc_topology_init(&topo) == 0 && hwloc_topology_load(topo) == 0)
+        ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    if (ncores <= 0)
+        ncores = cfg->ncores > 0 ? cfg->ncores : 1;
+    plan_cores(cfg, ncores);
+
+    if (!sched_segv_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = sched_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &sched_old_segv);
+        sched_segv_installed = 1;
+    }
+
+    int started = 0;
+    for (; started < sched_g.nworkers; started++) {
+        struct sched_worker *w = sched_g.workers[started];
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
+            break;
+        w->core = -1;
+        if (cfg->bind == UTIL_BIND_CORE && topo) {
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE,
+                                                     (unsigned)sched_g.cores[started]);
+            if (core && hwloc_set_thread_cpubind(topo, w->thread, core->cpuset, 0) == 0)
+                w->core = sched_g.cores[started];
+            else
+                util_log_warn("cannot bind worker %d to core %d", started,
+                              sched_g.cores[started]);
+        }
+    }
+    if (topo)
+        hwloc_topology_destroy(topo);
+    if (cfg->bind != UTIL_BIND_CORE)
+        for (int i = 0; i < sched_g.nworkers; i++)
+            sched_g.cores[i] = -1;
+    if (started < sched_g.nworkers) {
+        for (int i = 0; i < started; i++) {
+            struct sched_worker *w = sched_g.workers[i];
+            /* as in sched_finalize */
+            atomic_store_explicit(&w->stop, 1, memory_order_seq_cst);
+            atomic_store_explicit(&w->sleeping, 0, memory_order_seq_cst);
+            sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+            pthread_join(w->thread, NULL);
+        }
+        free_all();
+        return util_err(MPIV_ERR_NO_RESOURCES, "cannot start worker %d: out of threads", started);
+    }
+    /* release: a thread that sees ready sees the tables above */
+    atomic_store_explicit(&sched_g.ready, 1, memory_order_release);
+    return MPIV_SUCCESS;
+
+nomem:
+    free_all();
+    return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the scheduler's tables");
+}
+
+int sched_finalize(void)
+{
+    if (!sched_ready())
+        return util_err(MPIV_ERR_STATE, "the scheduler is not running");
+    if (sched_self())
+        return util_err(MPIV_ERR_STATE, "sched_finalize called from a ULT");
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = sched_g.workers[i];
+        util_spin_lock(&w->lock);
+        uint32_t live = w->live;
+        util_spin_unlock(&w->lock);
+        if (live)
+            return util_err(MPIV_ERR_STATE, "%u ULTs on worker %d are not joined yet", live, i);
+    }
+    /* release: pairs with sched_ready's acquire (nothing new to publish,
+     * but calls racing with finalize then fail cleanly) */
+    atomic_store_explicit(&sched_g.ready, 0, memory_order_release);
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = sched_g.workers[i];
+        /* seq_cst: the worker stores sleeping=1 then loads stop; we store
+         * stop then clear sleeping, so it sees stop or is woken */
+        atomic_store_explicit(&w->stop, 1, memory_order_seq_cst);
+        atomic_store_explicit(&w->sleeping, 0, memory_order_seq_cst);
+        sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+    }
+    for (int i = 0; i < sched_g.nworkers; i++)
+        pthread_join(sched_g.workers[i]->thread, NULL);
+    free_all();
+    if (sched_segv_installed) {
+        sigaction(SIGSEGV, &sched_old_segv, NULL);
+        sched_segv_installed = 0;
+    }
+    return MPIV_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* sched.h                                                                  */
+/* ------------------------------------------------------------------------ */
+
+int sched_num_workers(void) { return sched_ready() ? sched_g.nworkers : 0; }
+
+int sched_worker_id(void)
+{
+    struct sched_worker *w = sched_tls_worker;
+    return w && w->current ? w->id : -1;
+}
+
+bool sched_in_ult(void) { return sched_self() != NULL; }
+void sched_wait(sched_sync *s) { sched_wait_inline(s); }
+void sched_signal(sched_sync *s) { sched_signal_inline(s); }
+void sched_yield_now(void) { sched_yield_inline(); }
+
+const int *sched_worker_cores(int *n)
+{
+    if (n)
+        *n = sched_ready() ? sched_g.nworkers : 0;
+    return sched_g.cores;
+}
+
+/* ------------------------------------------------------------------------ */
+/* public ULT API                                                           */
+/* ------------------------------------------------------------------------ */
+
+int mpiv_num_workers(void) { return sched_num_workers(); }
+int mpiv_worker_id(void) { return sched_worker_id(); }
+mpiv_ult_t mpiv_ult_self(void) { return sched_self(); }
+
+int mpiv_ult_yield(void)
+{
+    if (!sched_ready())
+        return util_err(MPIV_ERR_STATE, "mpiv_ult_yield before mpiv_init");
+    sched_yield_inline();
+    return MPIV_SUCCESS;
+}
+
+int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
+{
+    if (!sched_ready())
+        return util_err(MPIV_ERR_STATE, "mpiv_ult_spawn before mpiv_init");
+    if (!fn || !ult)
+        return util_err(MPIV_ERR_ARG, "mpiv_ult_spawn: %s is NULL", fn ? "ult" : "fn");
+    if (worker < MPIV_WORKER_ANY || worker >= sched_g.nworkers)
+        return util_err(MPIV_ERR_ARG, "mpiv_ult_spawn: worker %d is not in [0, %d) or MPIV_WORKER_ANY",
+                        worker, sched_g.nworkers);
+    struct sched_worker *me = sched_tls_worker, *w;
+    if (worker != MPIV_WORKER_ANY)
+        w = sched_g.workers[worker];
+    else if (me && me->current)
+        w = me;
+    else /* relaxed: only spreads the load, orders nothing */
+        w = sched_g.workers[atomic_fetch_add_explicit(&sched_g.rr, 1, memory_order_relaxed) %
+                            (unsigned)sched_g.nworkers];
+
+    util_spin_lock(&w->lock);
+    struct mpiv_ult *u = w->free_list;
+    if (u)
+        w->free_list = u->next_free;
+    else
+        u = new_slot(w);
+    if (u)
+        w->live++;
+    util_spin_unlock(&w->lock);
+    if (!u)
+        return MPIV_ERR_NO_RESOURCES; /* new_slot said why */
+
+    u->fn = fn;
+    u->arg = arg;
+    u->ret = NULL;
+    /* relaxed: the bit-set below publishes it with release */
+    atomic_store_explicit(&u->join.state, 0, memory_order_relaxed);
+#ifdef SCHED_ASAN
+    /* frames abandoned by the previous ULT may have left poisoned redzones
+     * (a fresh stack has clean shadow: skip the 1/8-size memset) */
+    if (u->asan_used)
+        __asan_unpoison_memory_region(u->stack_lo, u->stack_size);
+    u->asan_used = true;
+    u->asan_fake = NULL;
+#endif
+#ifdef MPIV_TSAN
+    u->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    u->ctx = make_fcontext((char *)u, u->stack_size, ult_entry);
+    *ult = u;
+    sched_set_runnable(w, u->id, me != w);
+    return MPIV_SUCCESS;
+}
+
+int mpiv_ult_join(mpiv_ult_t u, void **retval)
+{
+    if (!sched_ready())
+        return util_err(MPIV_ERR_STATE, "mpiv_ult_join before mpiv_init");
+    if (!u)
+        return util_err(MPIV_ERR_ARG, "mpiv_ult_join: ult is NULL");
+    if (u == sched_self())
+        return util_err(MPIV_ERR_DEADLOCK, "a ULT cannot join itself");
+    sched_wait_inline(&u->join);
+    if (retval)
+        *retval = u->ret;
+    struct sched_worker *w = u->w;
+    util_spin_lock(&w->lock);
+    u->next_free = w->free_list;
+    w->free_list = u;
+    w->live--;
+    util_spin_unlock(&w->lock);
+    return MPIV_SUCCESS;
+}

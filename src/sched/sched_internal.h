@@ -1,0 +1,336 @@
+/*
+ * sched_internal.h — the scheduler's data structures and its hot paths
+ * (signal, wait, yield, the context switch), static inline so that the
+ * layers above pay no call for them. The cold rest (start-up, stacks,
+ * spawn/join, the worker loop) is in sched.c; the ULT sync objects in
+ * sync.c.
+ *
+ * Per worker ω:
+ *   words[]    one bit per ULT slot Γ: set = "Γ is runnable".
+ *   summary[]  one bit per word of words[]: set = "that word may be non-zero".
+ *   slot[]     Γ -> its ULT record (bound for good when Γ is first used).
+ *
+ * Invariants of the runnable set:
+ *   R1. A ULT's bit is set only while it is suspended or about to suspend
+ *       (spawn, a signal to a registered waiter, its own yield): never twice
+ *       for one suspension, so the scheduler never resumes a running ULT.
+ *   R2. Setting is word bit first, then summary bit. The scheduler clears a
+ *       summary word first (exchange), then each word it names (exchange).
+ *       A bit set between those two exchanges leaves the summary bit set
+ *       for the next sweep; a summary bit whose word is already empty costs
+ *       one spurious exchange. No bit is ever lost.
+ *   R3. Only worker ω's own pthread resumes ω's ULTs: ULTs never migrate,
+ *       so `current`, `sched_ctx` and the record's `ctx` are private to ω.
+ *   R4. Every sweep runs each bit that was set when its word was exchanged,
+ *       and a ULT that re-signals itself lands in the atomic word, to be run
+ *       in the next sweep: a runnable ULT waits at most one sweep. The sweep
+ *       also rotates its starting summary word and starting bit.
+ *
+ * Sleeping (Dekker-style, all four operations seq_cst):
+ *   worker: store sleeping=1; load nsum; load summary[0..nsum) ; sleep if 0
+ *   remote signaller: RMW summary bit; load sleeping; wake if 1
+ *   In the single total order either the worker's loads see the bit or the
+ *   signaller's load sees sleeping=1. The signaller wakes with an exchange
+ *   so that only one of several signallers pays the futex call.
+ *
+ * sched_sync.state: 0 nothing; 1 signalled, no waiter yet; a ULT record
+ * address (64-byte aligned) for a waiting ULT; a pthread waiter record
+ * address | SYNC_PTHREAD for a waiting pthread.
+ */
+#ifndef MPIV_SCHED_INTERNAL_H
+#define MPIV_SCHED_INTERNAL_H
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sched/sched.h"
+#include "util/atomic.h"
+#include "util/spinlock.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define SCHED_ASAN 1
+#endif
+#ifdef MPIV_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/* Boost.Context's C ABI (libboost_context.a, fcontext). */
+typedef void *fcontext_t;
+typedef struct {
+    fcontext_t fctx;
+    void *data;
+} transfer_t;
+transfer_t jump_fcontext(fcontext_t const to, void *vp);
+fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
+
+/* Tuning. An idle worker spins for SCHED_IDLE_SPIN_NS (a signal is picked
+ * up in well under a microsecond), then calls sched_yield() until
+ * SCHED_IDLE_YIELD_NS (lets a server thread sharing the core run), then
+ * sleeps on a futex until a remote signal wakes it. */
+#define SCHED_IDLE_SPIN_NS 20000
+#define SCHED_IDLE_YIELD_NS 200000
+/* A pthread waiter's spins before it sleeps in the kernel. */
+#define SCHED_PTHREAD_SPINS 4000
+/* Stacks mapped at once per worker. */
+#define SCHED_STACK_CHUNK 256
+
+#define SYNC_SIGNALLED ((uintptr_t)1)
+#define SYNC_PTHREAD ((uintptr_t)2)
+
+/* Passed from a finished ULT to its scheduler in transfer_t.data. */
+#define SCHED_ULT_FINISHED ((void *)1)
+
+struct sched_worker;
+
+/* One ULT record; the public mpiv_ult_t points to it. It lives at the top
+ * of its own stack, so a blocked ULT costs one committed page. */
+struct mpiv_ult {
+    _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3) */
+    mpiv_ult_fn fn;
+    void *arg;
+    void *ret;
+    struct sched_worker *w;
+    struct mpiv_ult *next_free; /* free list of w, under w->lock */
+    char *stack_lo;             /* lowest usable byte; guard page below */
+    size_t stack_size;          /* usable bytes, up to this record */
+    uint32_t id;                /* Γ */
+    sched_sync join;            /* signalled by the scheduler when done */
+#ifdef SCHED_ASAN
+    void *asan_fake;
+    bool asan_used; /* ran before: its stack may hold stale poison */
+#endif
+#ifdef MPIV_TSAN
+    void *tsan_fiber;
+#endif
+};
+
+struct sched_worker {
+    /* read by every signaller: */
+    _Alignas(UTIL_CACHELINE) _Atomic uint64_t *words;
+    _Atomic uint64_t *summary;
+    struct mpiv_ult **slot;
+    _Atomic uint32_t nsum; /* summary words in use (grows with hwm) */
+    int id;
+    _Alignas(UTIL_CACHELINE) atomic_int sleeping; /* futex word, see top */
+    atomic_int stop;
+    /* the worker's own (R3): */
+    _Alignas(UTIL_CACHELINE) struct mpiv_ult *current;
+    fcontext_t sched_ctx;
+    uint32_t scan_start;
+    uint64_t sweeps;
+    char *sched_stack_lo;
+    size_t sched_stack_size;
+#ifdef SCHED_ASAN
+    void *asan_fake;
+#endif
+#ifdef MPIV_TSAN
+    void *tsan_fiber;
+#endif
+    /* slot allocation, shared with spawners on other threads: */
+    _Alignas(UTIL_CACHELINE) util_spinlock lock;
+    struct mpiv_ult *free_list;
+    uint32_t hwm;   /* slots ever used */
+    uint32_t live;  /* spawned and not yet joined */
+    char *chunk;    /* unused part of the newest stack chunk */
+    uint32_t chunk_left;
+    struct sched_chunk *chunks;
+    /* start-up */
+    pthread_t thread;
+    int core; /* hwloc logical core index, -1 if not bound */
+    void *altstack;
+};
+
+struct sched_global {
+    atomic_int ready; /* 1 between sched_init and sched_finalize */
+    int nworkers;
+    struct sched_worker **workers;
+    int *cores;
+    uint32_t max_ults;
+    uint32_t nwords, nsumwords;
+    size_t stack_size; /* per ULT, guard page excluded */
+    size_t page;
+    atomic_uint rr; /* MPIV_WORKER_ANY from a pthread: round robin */
+    atomic_int guard_vmas; /* mprotect guards made (fallback path) */
+    int guard_madvise;     /* MADV_GUARD_INSTALL works */
+};
+extern struct sched_global sched_g;
+
+/* The worker whose pthread this is, NULL elsewhere. initial-exec: one
+ * %fs-relative load, no __tls_get_addr. */
+extern _Thread_local struct sched_worker *sched_tls_worker
+    __attribute__((tls_model("initial-exec")));
+
+static inline struct mpiv_ult *sched_self(void)
+{
+    struct sched_worker *w = sched_tls_worker;
+    return w ? w->current : NULL;
+}
+
+static inline long sched_futex(atomic_int *addr, int op, int val)
+{
+    return syscall(SYS_futex, (int *)addr, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
+}
+
+/* --- context switches ----------------------------------------------------- */
+
+/* ULT -> its scheduler. `data` is NULL (suspend) or SCHED_ULT_FINISHED. */
+static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
+{
+#ifdef SCHED_ASAN
+    __sanitizer_start_switch_fiber(data ? NULL : &u->asan_fake, w->sched_stack_lo,
+                                   w->sched_stack_size);
+#endif
+#ifdef MPIV_TSAN
+    __tsan_switch_to_fiber(w->tsan_fiber, 0);
+#endif
+    transfer_t t = jump_fcontext(w->sched_ctx, data);
+    /* resumed by our scheduler (same pthread, R3) */
+#ifdef SCHED_ASAN
+    __sanitizer_finish_switch_fiber(u->asan_fake, NULL, NULL);
+#endif
+    (void)u;
+    w->sched_ctx = t.fctx;
+}
+
+/* --- the runnable set ----------------------------------------------------- */
+
+/* Marks Γ runnable on w. `remote`: the caller is not w's own pthread, so w
+ * may be asleep. */
+static inline void sched_set_runnable(struct sched_worker *w, uint32_t id, bool remote)
+{
+    uint32_t wi = id >> 6;
+    /* release: publishes the ULT record and whatever the signaller wrote
+     * before, to the scheduler's acquire exchange of this word (R2). */
+    atomic_fetch_or_explicit(&w->words[wi], UINT64_C(1) << (id & 63), memory_order_release);
+    if (!remote) {
+        /* w's own pthread: it cannot be asleep; release keeps R2's order. */
+        atomic_fetch_or_explicit(&w->summary[wi >> 6], UINT64_C(1) << (wi & 63),
+                                 memory_order_release);
+        return;
+    }
+    /* seq_cst: the Dekker pair with the worker's sleeping store (top). */
+    atomic_fetch_or_explicit(&w->summary[wi >> 6], UINT64_C(1) << (wi & 63),
+                             memory_order_seq_cst);
+    if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst) &&
+        /* relaxed: only elects one waker; the futex call orders the rest */
+        atomic_exchange_explicit(&w->sleeping, 0, memory_order_relaxed))
+        sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+}
+
+/* --- wait / signal -------------------------------------------------------- */
+
+struct sched_pwaiter {
+    atomic_int flag; /* 0 spinning, 1 signalled, 2 asleep in the kernel */
+};
+
+static inline void sched_signal_inline(sched_sync *s)
+{
+    /* relaxed: a hint for the CAS below, which carries the ordering. */
+    uintptr_t old = atomic_load_explicit(&s->state, memory_order_relaxed);
+    for (;;) {
+        if (old == SYNC_SIGNALLED)
+            return; /* already pending: not counted twice */
+        uintptr_t want = old == 0 ? SYNC_SIGNALLED : 0;
+        /* acq_rel: release publishes our writes to a later waiter that
+         * consumes the flag; acquire reads the waiter's record, which it
+         * published with its own release CAS. */
+        if (atomic_compare_exchange_weak_explicit(&s->state, &old, want, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            break;
+    }
+    if (old == 0)
+        return;
+    /* A waiter was registered and is still blocked: s is not touched again
+     * below, so the waiter may free it as soon as it is released. */
+    if (old & SYNC_PTHREAD) {
+        struct sched_pwaiter *p = (struct sched_pwaiter *)(old & ~SYNC_PTHREAD);
+        /* release: the waiter's acquire load sees our writes. After this
+         * store p may be gone; FUTEX_WAKE on a dead address wakes nobody
+         * (the waiter loops on flag, so a stray wake is harmless). */
+        if (atomic_exchange_explicit(&p->flag, 1, memory_order_release) == 2)
+            sched_futex(&p->flag, FUTEX_WAKE, 1);
+        return;
+    }
+    struct mpiv_ult *u = (struct mpiv_ult *)old;
+    struct sched_worker *w = u->w;
+    sched_set_runnable(w, u->id, sched_tls_worker != w);
+}
+
+static inline void sched_wait_pthread(sched_sync *s)
+{
+    struct sched_pwaiter p;
+    atomic_init(&p.flag, 0);
+    uintptr_t old = 0;
+    /* acq_rel on success: release publishes p to the signaller; on failure
+     * (state is 1) acquire pairs with the signaller's release. */
+    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, (uintptr_t)&p | SYNC_PTHREAD,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        /* relaxed: only a signal could race, and it sees 1 and returns */
+        atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+        return;
+    }
+    for (int i = 0; i < SCHED_PTHREAD_SPINS; i++) {
+        /* acquire: pairs with the signaller's release exchange */
+        if (atomic_load_explicit(&p.flag, memory_order_acquire) == 1)
+            return;
+        util_cpu_relax();
+    }
+    int expect = 0;
+    /* acquire (failure: the flag is 1, the signal's writes are ours;
+     * success: a no-op, C11 forbids a weaker success order) */
+    if (!atomic_compare_exchange_strong_explicit(&p.flag, &expect, 2, memory_order_acquire,
+                                                 memory_order_acquire))
+        return;
+    /* acquire: as above, once the signaller's exchange wrote 1 */
+    while (atomic_load_explicit(&p.flag, memory_order_acquire) == 2)
+        sched_futex(&p.flag, FUTEX_WAIT, 2);
+}
+
+static inline void sched_wait_inline(sched_sync *s)
+{
+    struct sched_worker *w = sched_tls_worker;
+    struct mpiv_ult *u = w ? w->current : NULL;
+    if (!u) {
+        sched_wait_pthread(s);
+        return;
+    }
+    uintptr_t old = 0;
+    /* as in sched_wait_pthread: release publishes u, acquire takes a
+     * signal that came first. */
+    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, (uintptr_t)u,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        /* relaxed: a racing signal sees 1 and returns without writing */
+        atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+        return;
+    }
+    /* A signal may set our bit before we switch out: harmless, only this
+     * pthread resumes us, and not before we have switched (R3). */
+    sched_to_scheduler(w, u, NULL);
+}
+
+static inline void sched_yield_inline(void)
+{
+    struct sched_worker *w = sched_tls_worker;
+    struct mpiv_ult *u = w ? w->current : NULL;
+    if (!u) {
+        sched_yield();
+        return;
+    }
+    sched_set_runnable(w, u->id, false);
+    sched_to_scheduler(w, u, NULL);
+}
+
+/* sync.c / sched.c shared helpers */
+static inline bool sched_ready(void)
+{
+    /* acquire: pairs with sched_init's release, so the tables are seen */
+    return atomic_load_explicit(&sched_g.ready, memory_order_acquire) != 0;
+}
+
+#endif

@@ -1,0 +1,345 @@
+/* Scheduler basics on one worker: spawn/join at several sizes, slot
+ * recycling, capacity, argument and state errors, signal before wait,
+ * yield order, nested spawns, and the stack-overflow report. */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sched_test.h"
+
+static void *ret_arg_plus_one(void *arg) { return (char *)arg + 1; }
+
+START_TEST(errors_before_init)
+{
+    mpiv_ult_t u;
+    mpiv_counter_t c;
+    mpiv_mutex_t m;
+    mpiv_barrier_t b;
+    ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &u), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)&u, NULL), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_ult_yield(), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_counter_init(&c, 1), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_mutex_init(&m), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_barrier_init(&b, 2), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_num_workers(), 0);
+    ck_assert_int_eq(mpiv_worker_id(), -1);
+    ck_assert_ptr_null(mpiv_ult_self());
+    ck_assert_int_eq(sched_finalize(), MPIV_ERR_STATE);
+}
+END_TEST
+
+static int in_ult_worker = -2;
+static mpiv_ult_t in_ult_self;
+
+static void *report_self(void *arg)
+{
+    in_ult_worker = mpiv_worker_id();
+    in_ult_self = mpiv_ult_self();
+    ck_assert(sched_in_ult()); /* plain int check, no longjmp on success */
+    return arg;
+}
+
+START_TEST(spawn_join_one)
+{
+    sched_test_start(1, 64, NULL);
+    ck_assert_int_eq(mpiv_worker_id(), -1);
+    ck_assert(!sched_in_ult());
+    mpiv_ult_t u;
+    void *ret = NULL;
+    ck_assert_int_eq(mpiv_ult_spawn(report_self, (void *)0x1234, MPIV_WORKER_ANY, &u), 0);
+    ck_assert_int_eq(mpiv_ult_join(u, &ret), MPIV_SUCCESS);
+    ck_assert_ptr_eq(ret, (void *)0x1234);
+    ck_assert_int_eq(in_ult_worker, 0);
+    ck_assert_ptr_eq(in_ult_self, u);
+    /* a second init is refused */
+    struct util_config cfg;
+    ck_assert_int_eq(util_config_load(&cfg), 0);
+    ck_assert_int_eq(sched_init(&cfg), MPIV_ERR_STATE);
+    sched_test_stop();
+}
+END_TEST
+
+#ifdef MPIV_TSAN
+/* each live ULT is a TSan fiber with megabytes of shadow state */
+static const int sizes[] = {1, 64, 1024, 2048};
+#else
+static const int sizes[] = {1, 64, 4096, 262144};
+#endif
+
+START_TEST(spawn_join_many)
+{
+    int n = sizes[_i];
+    sched_test_start(1, n < 64 ? 64 : n, NULL);
+    mpiv_ult_t *u = malloc(sizeof *u * (size_t)n);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, (void *)(intptr_t)i, 0, &u[i]), 0);
+    for (int i = 0; i < n; i++) {
+        void *r;
+        ck_assert_int_eq(mpiv_ult_join(u[i], &r), 0);
+        if (r != (void *)(intptr_t)(i + 1))
+            ck_abort_msg("ULT %d returned %p", i, r);
+    }
+    /* every slot is free again: the same number fits once more */
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &u[i]), 0);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(mpiv_ult_join(u[i], NULL), 0);
+    free(u);
+    sched_test_stop();
+}
+END_TEST
+
+static sched_sync gate[65];
+
+static void *wait_gate(void *arg)
+{
+    sched_wait(&gate[(intptr_t)arg]);
+    return arg;
+}
+
+START_TEST(capacity_and_recycling)
+{
+    sched_test_start(1, 64, NULL);
+    mpiv_ult_t u[65];
+    for (int i = 0; i < 64; i++) {
+        sched_sync_init(&gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(wait_gate, (void *)(intptr_t)i, 0, &u[i]), 0);
+    }
+    ck_assert_int_eq(mpiv_ult_spawn(wait_gate, NULL, 0, &u[64]), MPIV_ERR_NO_RESOURCES);
+    ck_assert(strstr(mpiv_error_detail(), "MPIV_MAX_ULTS") != NULL);
+    ck_assert_int_eq(sched_finalize(), MPIV_ERR_STATE); /* ULTs alive */
+    for (int i = 0; i < 64; i++)
+        sched_signal(&gate[i]);
+    for (int i = 0; i < 64; i++) {
+        void *r;
+        ck_assert_int_eq(mpiv_ult_join(u[i], &r), 0);
+        ck_assert_ptr_eq(r, (void *)(intptr_t)i);
+    }
+    /* slots are recycled, last joined first: many more spawns than slots */
+    mpiv_ult_t prev = NULL;
+    for (int i = 0; i < 10000; i++) {
+        mpiv_ult_t v;
+        ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &v), 0);
+        ck_assert_int_eq(mpiv_ult_join(v, NULL), 0);
+        if (prev)
+            ck_assert_ptr_eq(v, prev);
+        prev = v;
+    }
+    sched_test_stop();
+}
+END_TEST
+
+static int self_join_rc, worker_rc;
+
+static void *join_self(void *arg)
+{
+    (void)arg;
+    self_join_rc = mpiv_ult_join(mpiv_ult_self(), NULL);
+    mpiv_ult_t v;
+    worker_rc = mpiv_ult_spawn(ret_arg_plus_one, NULL, 7, &v);
+    return NULL;
+}
+
+START_TEST(bad_arguments)
+{
+    sched_test_start(1, 64, NULL);
+    mpiv_ult_t u;
+    ck_assert_int_eq(mpiv_ult_spawn(NULL, NULL, 0, &u), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 1, &u), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, -2, &u), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_join(NULL, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn(join_self, NULL, 0, &u), 0);
+    ck_assert_int_eq(mpiv_ult_join(u, NULL), 0);
+    ck_assert_int_eq(self_join_rc, MPIV_ERR_DEADLOCK);
+    ck_assert_int_eq(worker_rc, MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_yield(), MPIV_SUCCESS); /* a pthread: sched_yield */
+    sched_test_stop();
+}
+END_TEST
+
+static sched_sync pending;
+static atomic_int second_wait_done;
+
+static void *signal_then_wait(void *arg)
+{
+    (void)arg;
+    sched_signal(&pending);
+    sched_wait(&pending); /* consumes our own signal: returns at once */
+    sched_signal(&pending);
+    sched_signal(&pending); /* two signals before a wait count once */
+    sched_wait(&pending);
+    sched_wait(&pending); /* must block until main signals again */
+    atomic_store(&second_wait_done, 1);
+    return NULL;
+}
+
+START_TEST(signal_before_wait)
+{
+    sched_test_start(1, 64, NULL);
+    /* from a pthread first */
+    sched_sync s = SCHED_SYNC_INIT;
+    sched_signal(&s);
+    sched_wait(&s);
+    ck_assert_uint_eq(atomic_load(&s.state), 0);
+    /* then from a ULT */
+    sched_sync_init(&pending);
+    mpiv_ult_t u;
+    ck_assert_int_eq(mpiv_ult_spawn(signal_then_wait, NULL, 0, &u), 0);
+    sched_test_sleep_us(50000);
+    ck_assert_int_eq(atomic_load(&second_wait_done), 0);
+    sched_signal(&pending);
+    ck_assert_int_eq(mpiv_ult_join(u, NULL), 0);
+    ck_assert_int_eq(atomic_load(&second_wait_done), 1);
+    sched_test_stop();
+}
+END_TEST
+
+static int order[64], norder;
+
+static void *yield_loop(void *arg)
+{
+    for (int i = 0; i < 8; i++) {
+        order[norder++] = (int)(intptr_t)arg;
+        ck_assert_int_eq(mpiv_ult_yield(), 0);
+    }
+    return NULL;
+}
+
+static void *yield_parent(void *arg)
+{
+    (void)arg;
+    mpiv_ult_t a, b;
+    /* spawned from the worker itself: both are runnable before either runs */
+    if (mpiv_ult_spawn(yield_loop, (void *)0, 0, &a) || mpiv_ult_spawn(yield_loop, (void *)1, 0, &b))
+        return NULL;
+    if (mpiv_ult_join(a, NULL) || mpiv_ult_join(b, NULL))
+        return NULL;
+    return (void *)1;
+}
+
+START_TEST(yield_alternates)
+{
+    sched_test_start(1, 64, NULL);
+    mpiv_ult_t p;
+    void *ok;
+    ck_assert_int_eq(mpiv_ult_spawn(yield_parent, NULL, 0, &p), 0);
+    ck_assert_int_eq(mpiv_ult_join(p, &ok), 0);
+    ck_assert_ptr_eq(ok, (void *)1);
+    ck_assert_int_eq(norder, 16);
+    /* after both are runnable, they strictly alternate */
+    int alternations = 0;
+    for (int i = 1; i < norder; i++)
+        alternations += order[i] != order[i - 1];
+    ck_assert_int_ge(alternations, 14);
+    sched_test_stop();
+}
+END_TEST
+
+static void *spawn_tree(void *arg)
+{
+    intptr_t depth = (intptr_t)arg;
+    if (depth == 0)
+        return (void *)1;
+    mpiv_ult_t kids[4];
+    for (int i = 0; i < 4; i++)
+        if (mpiv_ult_spawn(spawn_tree, (void *)(depth - 1), MPIV_WORKER_ANY, &kids[i]))
+            return NULL;
+    intptr_t sum = 0;
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        if (mpiv_ult_join(kids[i], &r))
+            return NULL;
+        sum += (intptr_t)r;
+    }
+    return (void *)sum;
+}
+
+START_TEST(nested_spawn_join)
+{
+    sched_test_start(1, 4096, NULL);
+    mpiv_ult_t u;
+    void *r;
+    ck_assert_int_eq(mpiv_ult_spawn(spawn_tree, (void *)5, 0, &u), 0);
+    ck_assert_int_eq(mpiv_ult_join(u, &r), 0);
+    ck_assert_int_eq((intptr_t)r, 1024); /* 4^5 leaves */
+    sched_test_stop();
+}
+END_TEST
+
+static volatile int recurse_forever = 1;
+
+static int recurse(int depth)
+{
+    volatile char buf[512];
+    buf[0] = (char)depth;
+    if (!recurse_forever)
+        return buf[0];
+    return recurse(depth + 1) + buf[0];
+}
+
+static void *overflow(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)recurse(0);
+}
+
+START_TEST(stack_overflow_reported)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        setenv("MPIV_WORKERS", "1", 1);
+        setenv("MPIV_STACK_SIZE", "16K", 1);
+        struct util_config cfg;
+        if (util_config_load(&cfg) || sched_init(&cfg))
+            _exit(3);
+        mpiv_ult_t u;
+        if (mpiv_ult_spawn(overflow, NULL, 0, &u))
+            _exit(4);
+        mpiv_ult_join(u, NULL);
+        _exit(5); /* not reached */
+    }
+    close(fds[1]);
+    char out[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof out - 1 && (r = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)r;
+    out[len] = '\0';
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x, said: %s", st,
+                  out);
+    ck_assert_msg(strstr(out, "ULT stack overflow (worker 0, ULT 0)") != NULL, "child said: %s",
+                  out);
+}
+END_TEST
+
+static Suite *sched_suite(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("basic");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, errors_before_init);
+    tcase_add_test(tc, spawn_join_one);
+    tcase_add_loop_test(tc, spawn_join_many, 0, (int)(sizeof sizes / sizeof sizes[0]));
+    tcase_add_test(tc, capacity_and_recycling);
+    tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, signal_before_wait);
+    tcase_add_test(tc, yield_alternates);
+    tcase_add_test(tc, nested_spawn_join);
+    tcase_add_test(tc, stack_overflow_reported);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return sched_test_run(sched_suite()); }

@@ -1,0 +1,366 @@
+/* Scheduler concurrency: signals from another worker and from a plain
+ * pthread, pthread waiters, fairness under self-re-signalling ULTs, and
+ * the counter, mutex and barrier with ULTs and pthreads mixed. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sched_test.h"
+
+#ifdef MPIV_TSAN
+#define ROUNDS 2000
+#else
+#define ROUNDS 20000
+#endif
+
+/* --- ping-pong: a ULT on worker 0 and a partner elsewhere ------------------ */
+
+static sched_sync ping, pong;
+
+static void *ponger(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        sched_wait(&ping);
+        sched_signal(&pong);
+    }
+    return NULL;
+}
+
+static void *pinger(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < ROUNDS; i++) {
+        sched_signal(&ping);
+        sched_wait(&pong);
+    }
+    return (void *)1;
+}
+
+START_TEST(signal_from_other_worker)
+{
+    sched_test_start(2, 64, NULL);
+    sched_sync_init(&ping);
+    sched_sync_init(&pong);
+    mpiv_ult_t a, b;
+    void *r;
+    ck_assert_int_eq(mpiv_ult_spawn(ponger, NULL, 0, &a), 0);
+    ck_assert_int_eq(mpiv_ult_spawn(pinger, NULL, 1, &b), 0);
+    ck_assert_int_eq(mpiv_ult_join(b, &r), 0);
+    ck_assert_ptr_eq(r, (void *)1);
+    ck_assert_int_eq(mpiv_ult_join(a, NULL), 0);
+    sched_test_stop();
+}
+END_TEST
+
+static void *pthread_pinger(void *arg) { return pinger(arg); }
+
+START_TEST(signal_from_pthread)
+{
+    /* the pthread signals the ULT, and waits (spin, then futex) for it */
+    sched_test_start(1, 64, NULL);
+    sched_sync_init(&ping);
+    sched_sync_init(&pong);
+    mpiv_ult_t a;
+    pthread_t t;
+    void *r;
+    ck_assert_int_eq(mpiv_ult_spawn(ponger, NULL, 0, &a), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, pthread_pinger, NULL), 0);
+    ck_assert_int_eq(pthread_join(t, &r), 0);
+    ck_assert_ptr_eq(r, (void *)1);
+    ck_assert_int_eq(mpiv_ult_join(a, NULL), 0);
+    sched_test_stop();
+}
+END_TEST
+
+static sched_sync slow_gate;
+static atomic_int woke;
+
+static void *wait_long(void *arg)
+{
+    (void)arg;
+    sched_wait(&slow_gate);
+    atomic_store(&woke, 1);
+    return NULL;
+}
+
+START_TEST(sleeping_worker_wakes)
+{
+    /* the worker has gone to sleep in the kernel; a remote signal wakes it */
+    sched_test_start(1, 64, NULL);
+    sched_sync_init(&slow_gate);
+    mpiv_ult_t u;
+    ck_assert_int_eq(mpiv_ult_spawn(wait_long, NULL, 0, &u), 0);
+    sched_test_sleep_us(300000);
+    sched_signal(&slow_gate);
+    ck_assert_int_eq(mpiv_ult_join(u, NULL), 0);
+    ck_assert_int_eq(atomic_load(&woke), 1);
+    sched_test_stop();
+}
+END_TEST
+
+/* --- fairness ---------------------------------------------------------------- */
+
+#define NSPIN 64
+#ifdef MPIV_TSAN
+#define NBLOCKED 100 /* a TSan fiber per ULT costs about a megabyte */
+#else
+#define NBLOCKED 5000 /* pushes the victim into the second summary word */
+#endif
+static atomic_long spins;
+static atomic_int stop_spinning;
+static long max_gap;
+static sched_sync blocked_gate[NBLOCKED];
+
+static atomic_long mark;
+static atomic_int want_signal;
+static sched_sync victim_gate;
+
+/* Spinner 0 also signals the victim when it asks (a signal from another
+ * thread could be preempted between reading `mark` and signalling, which
+ * would blur the measure; that path is tested above). */
+static void *spinner(void *arg)
+{
+    while (!atomic_load_explicit(&stop_spinning, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&spins, 1, memory_order_relaxed);
+        if (arg && atomic_exchange(&want_signal, 0)) {
+            atomic_store(&mark, atomic_load(&spins));
+            sched_signal(&victim_gate);
+        }
+        mpiv_ult_yield();
+    }
+    return NULL;
+}
+
+static void *blocked(void *arg)
+{
+    sched_wait(&blocked_gate[(intptr_t)arg]);
+    return NULL;
+}
+
+/* Runs 200 times, re-signalling itself (yield) half the time and being
+ * signalled by spinner 0 the other half. `mark` is the spinner count when
+ * it became runnable; max_gap the most spinner runs before it then ran. */
+
+static void *victim(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 200; i++) {
+        if (i & 1) {
+            atomic_store(&mark, atomic_load(&spins));
+            mpiv_ult_yield();
+        } else {
+            atomic_store(&want_signal, 1);
+            sched_wait(&victim_gate);
+        }
+        long gap = atomic_load(&spins) - atomic_load(&mark);
+        if (gap > max_gap)
+            max_gap = gap;
+    }
+    atomic_store(&stop_spinning, 1);
+    return NULL;
+}
+
+START_TEST(fairness)
+{
+    sched_test_start(1, 8192, NULL);
+    mpiv_ult_t sp[NSPIN], bl[NBLOCKED], v;
+    for (int i = 0; i < NSPIN; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(spinner, (void *)(intptr_t)(i == 0), 0, &sp[i]), 0);
+    for (int i = 0; i < NBLOCKED; i++) {
+        sched_sync_init(&blocked_gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(blocked, (void *)(intptr_t)i, 0, &bl[i]), 0);
+    }
+    sched_sync_init(&victim_gate);
+    ck_assert_int_eq(mpiv_ult_spawn(victim, NULL, 0, &v), 0);
+    ck_assert_int_eq(mpiv_ult_join(v, NULL), 0);
+    for (int i = 0; i < NSPIN; i++)
+        ck_assert_int_eq(mpiv_ult_join(sp[i], NULL), 0);
+    for (int i = 0; i < NBLOCKED; i++)
+        sched_signal(&blocked_gate[i]);
+    for (int i = 0; i < NBLOCKED; i++)
+        ck_assert_int_eq(mpiv_ult_join(bl[i], NULL), 0);
+    /* every runnable ULT runs once per sweep: between two runs of the
+     * victim each spinner runs at most twice (the sweep in progress when
+     * the victim became runnable, then the next) */
+    ck_assert_int_le(max_gap, 2 * NSPIN + 2);
+    sched_test_stop();
+}
+END_TEST
+
+/* --- counter ----------------------------------------------------------------- */
+
+static mpiv_counter_t latch;
+static atomic_int passed;
+
+static void *count_down(void *arg)
+{
+    (void)arg;
+    mpiv_counter_add(&latch, -1);
+    return NULL;
+}
+
+static void *latch_waiter(void *arg)
+{
+    (void)arg;
+    mpiv_counter_wait(&latch);
+    if (mpiv_counter_get(&latch) == 0)
+        atomic_fetch_add(&passed, 1);
+    return NULL;
+}
+
+START_TEST(counter_latch)
+{
+    sched_test_start(2, 4096, NULL);
+    enum { N = 1000, W = 8 };
+    ck_assert_int_eq(mpiv_counter_init(&latch, N), 0);
+    ck_assert_int_eq(mpiv_counter_add(&latch, -(N + 1)), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_counter_get(&latch), N);
+    mpiv_ult_t w[W], d[N];
+    pthread_t pw;
+    for (int i = 0; i < W; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(latch_waiter, NULL, i % 2, &w[i]), 0);
+    ck_assert_int_eq(pthread_create(&pw, NULL, latch_waiter, NULL), 0);
+    sched_test_sleep_us(10000);
+    ck_assert_int_eq(atomic_load(&passed), 0);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(count_down, NULL, MPIV_WORKER_ANY, &d[i]), 0);
+    ck_assert_int_eq(mpiv_counter_wait(&latch), 0); /* main waits too */
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(mpiv_ult_join(d[i], NULL), 0);
+    for (int i = 0; i < W; i++)
+        ck_assert_int_eq(mpiv_ult_join(w[i], NULL), 0);
+    pthread_join(pw, NULL);
+    ck_assert_int_eq(atomic_load(&passed), W + 1);
+    ck_assert_int_eq(mpiv_counter_get(&latch), 0);
+    ck_assert_int_eq(mpiv_counter_add(&latch, 2), 0);
+    ck_assert_int_eq(mpiv_counter_get(&latch), 2);
+    ck_assert_int_eq(mpiv_counter_destroy(&latch), 0);
+    ck_assert_int_eq(mpiv_counter_add(&latch, 1), MPIV_ERR_ARG);
+    sched_test_stop();
+}
+END_TEST
+
+/* --- mutex ------------------------------------------------------------------- */
+
+static mpiv_mutex_t mtx;
+static long shared_sum; /* plain: the mutex is what protects it */
+#ifdef MPIV_TSAN
+#define MUTEX_ITERS 200
+#else
+#define MUTEX_ITERS 2000
+#endif
+
+static void *mutex_worker(void *arg)
+{
+    for (int i = 0; i < MUTEX_ITERS; i++) {
+        if (mpiv_mutex_lock(&mtx))
+            return NULL;
+        long v = shared_sum;
+        if ((i & 7) == 0 && arg == NULL)
+            mpiv_ult_yield(); /* hold it across a switch: others must queue */
+        shared_sum = v + 1;
+        if (mpiv_mutex_unlock(&mtx))
+            return NULL;
+    }
+    return (void *)1;
+}
+
+START_TEST(mutex_exclusion)
+{
+    sched_test_start(2, 4096, NULL);
+    enum { U = 64, P = 2 };
+    ck_assert_int_eq(mpiv_mutex_init(&mtx), 0);
+    ck_assert_int_eq(mpiv_mutex_unlock(&mtx), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_mutex_lock(&mtx), 0);
+    ck_assert_int_eq(mpiv_mutex_lock(&mtx), MPIV_ERR_DEADLOCK);
+    int got = -1;
+    ck_assert_int_eq(mpiv_mutex_trylock(&mtx, &got), 0);
+    ck_assert_int_eq(got, 0);
+    ck_assert_int_eq(mpiv_mutex_destroy(&mtx), MPIV_ERR_STATE);
+    ck_assert_int_eq(mpiv_mutex_unlock(&mtx), 0);
+    ck_assert_int_eq(mpiv_mutex_trylock(&mtx, &got), 0);
+    ck_assert_int_eq(got, 1);
+    ck_assert_int_eq(mpiv_mutex_unlock(&mtx), 0);
+
+    mpiv_ult_t u[U];
+    pthread_t p[P];
+    for (int i = 0; i < U; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(mutex_worker, NULL, i % 2, &u[i]), 0);
+    for (int i = 0; i < P; i++)
+        ck_assert_int_eq(pthread_create(&p[i], NULL, mutex_worker, (void *)1), 0);
+    for (int i = 0; i < U; i++) {
+        void *r;
+        ck_assert_int_eq(mpiv_ult_join(u[i], &r), 0);
+        ck_assert_ptr_eq(r, (void *)1);
+    }
+    for (int i = 0; i < P; i++) {
+        void *r;
+        pthread_join(p[i], &r);
+        ck_assert_ptr_eq(r, (void *)1);
+    }
+    ck_assert_int_eq(shared_sum, (long)(U + P) * MUTEX_ITERS);
+    ck_assert_int_eq(mpiv_mutex_destroy(&mtx), 0);
+    sched_test_stop();
+}
+END_TEST
+
+/* --- barrier ----------------------------------------------------------------- */
+
+static mpiv_barrier_t bar;
+static atomic_int arrived_in[8];
+static atomic_int barrier_errors;
+#define BPARTIES 33 /* 31 ULTs, one extra pthread and main */
+
+static void *barrier_worker(void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < 8; round++) {
+        atomic_fetch_add(&arrived_in[round], 1);
+        if (mpiv_barrier_wait(&bar))
+            atomic_fetch_add(&barrier_errors, 1);
+        /* nobody leaves round r before all BPARTIES arrived in it */
+        if (atomic_load(&arrived_in[round]) != BPARTIES)
+            atomic_fetch_add(&barrier_errors, 1);
+    }
+    return NULL;
+}
+
+START_TEST(barrier_rounds)
+{
+    sched_test_start(2, 4096, NULL);
+    ck_assert_int_eq(mpiv_barrier_init(&bar, 0), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_barrier_init(&bar, BPARTIES), 0);
+    mpiv_ult_t u[BPARTIES - 2];
+    pthread_t p;
+    for (int i = 0; i < BPARTIES - 2; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(barrier_worker, NULL, MPIV_WORKER_ANY, &u[i]), 0);
+    ck_assert_int_eq(pthread_create(&p, NULL, barrier_worker, NULL), 0);
+    barrier_worker(NULL);
+    for (int i = 0; i < BPARTIES - 2; i++)
+        ck_assert_int_eq(mpiv_ult_join(u[i], NULL), 0);
+    pthread_join(p, NULL);
+    ck_assert_int_eq(atomic_load(&barrier_errors), 0);
+    ck_assert_int_eq(mpiv_barrier_destroy(&bar), 0);
+    sched_test_stop();
+}
+END_TEST
+
+static Suite *conc_suite(void)
+{
+    Suite *s = suite_create("sched_concurrency");
+    TCase *tc = tcase_create("concurrency");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, signal_from_other_worker);
+    tcase_add_test(tc, signal_from_pthread);
+    tcase_add_test(tc, sleeping_worker_wakes);
+    tcase_add_test(tc, fairness);
+    tcase_add_test(tc, counter_latch);
+    tcase_add_test(tc, mutex_exclusion);
+    tcase_add_test(tc, barrier_rounds);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return sched_test_run(conc_suite()); }
