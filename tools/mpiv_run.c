@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -55,6 +56,7 @@
 #define DRAIN_MS 1000
 #define LINE_MAX_BUF 65536
 #define MAX_PENDING_CLIENTS 64
+#define HELLO_MS 10000 /* a connection must prove itself this fast */
 
 static const char *prog_name = "mpiv_run";
 
@@ -449,6 +451,7 @@ struct client {
     enum client_state state;
     int rank;
     char peer[64];
+    uint64_t hello_by; /* CL_HELLO: dropped if not joined by then */
     char *in; /* bytes received and not yet parsed */
     size_t in_used, in_cap;
     int pending; /* a GATHER is waiting for the others */
@@ -779,6 +782,23 @@ static int client_read(struct client *c)
     }
 }
 
+/* Drops connections that did not join in time; returns the earliest
+ * deadline of those still saying hello (UINT64_MAX: none). */
+static uint64_t kvs_expire(uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (struct client *c = clients, *n; c; c = n) {
+        n = c->next;
+        if (c->state != CL_HELLO)
+            continue;
+        if (now >= c->hello_by)
+            refuse(c, "no valid hello within 10 s");
+        else if (c->hello_by < next)
+            next = c->hello_by;
+    }
+    return next;
+}
+
 static void kvs_accept(void)
 {
     for (;;) {
@@ -792,6 +812,8 @@ static void kvs_accept(void)
             waiting += c->state == CL_HELLO;
         struct client *c = calloc(1, sizeof *c);
         if (!c || waiting >= MAX_PENDING_CLIENTS) {
+            fprintf(stderr, "%s: refused a connection to the key-value exchange: %d "
+                    "connections have not said hello yet\n", prog_name, waiting);
             free(c);
             close(fd);
             continue;
@@ -799,6 +821,7 @@ static void kvs_accept(void)
         c->fd = fd;
         c->state = CL_HELLO;
         c->rank = -1;
+        c->hello_by = util_now_ns() + HELLO_MS * 1000000ull;
         if (ss.ss_family == AF_INET) {
             struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
             char a[INET_ADDRSTRLEN] = "?";
@@ -1156,8 +1179,8 @@ static int run_loop(int sfd)
             signal_all(SIGKILL);
         }
 
-        uint64_t wake = UINT64_MAX;
-        if (deadline && !timed_out)
+        uint64_t wake = kvs_expire(now);
+        if (deadline && !timed_out && deadline < wake)
             wake = deadline;
         if (kill_at_ns && !killed_hard && kill_at_ns < wake)
             wake = kill_at_ns;
@@ -1244,6 +1267,9 @@ static int run_loop(int sfd)
         stream_close(r, &ranks[r].out);
         stream_close(r, &ranks[r].err);
     }
+    /* Every rank has exited; whatever they started in their process groups
+     * goes too, so the job leaves nothing behind. */
+    signal_all(SIGKILL);
     free(pfd);
     free(what);
     if (timed_out)
@@ -1260,6 +1286,12 @@ int main(int argc, char **argv)
 {
     parse_args(argc, argv, &opt);
     nranks = (int)opt.nranks;
+    /* two pipes and a socket per rank: use all the descriptors we may */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     if (!opt.launcher && !opt.hosts)
         check_program(opt.argv[0]);
     ranks = calloc((size_t)nranks, sizeof *ranks);

@@ -70,14 +70,27 @@ static int pmix_init(int *rank, int *size)
     return MPIV_SUCCESS;
 }
 
+/* A fence over the whole namespace. PMIX_TIMEOUT is a request, not a
+ * requirement: a server that ignores it still ends the fence when a rank
+ * dies, because the launcher then ends the job. */
 static int pmix_fence(int collect)
 {
-    pmix_info_t info;
+    pmix_info_t info[2];
     bool flag = true;
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &flag, PMIX_BOOL);
-    pmix_status_t rc = PMIx_Fence(NULL, 0, collect ? &info : NULL, collect ? 1 : 0);
-    PMIX_INFO_DESTRUCT(&info);
+    int timeout = boot_timeout_s();
+    if (timeout < 0)
+        return MPIV_ERR_CONFIG;
+    PMIX_INFO_CONSTRUCT(&info[0]);
+    PMIX_INFO_CONSTRUCT(&info[1]);
+    PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &timeout, PMIX_INT);
+    PMIX_INFO_LOAD(&info[1], PMIX_COLLECT_DATA, &flag, PMIX_BOOL);
+    pmix_status_t rc = PMIx_Fence(NULL, 0, info, collect ? 2 : 1);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (rc == PMIX_ERR_TIMEOUT)
+        return util_err(MPIV_ERR_BOOTSTRAP,
+                        "bootstrap (PMIx, namespace %s rank %u): fence timed out after %d s "
+                        "(MPIV_BOOT_TIMEOUT)", me.nspace, (unsigned)me.rank, timeout);
     if (rc != PMIX_SUCCESS)
         return pmix_fail("PMIx_Fence (did another rank die?)", rc);
     return MPIV_SUCCESS;

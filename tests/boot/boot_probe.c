@@ -12,6 +12,9 @@
  *                                     if it did).
  *   boot_probe kill-early             the last rank joins and kills itself;
  *                                     the others wait in an allgather.
+ *   boot_probe stall                  the last rank joins, sleeps 3 s, exits;
+ *                                     the others' allgather must time out
+ *                                     (run with MPIV_BOOT_TIMEOUT=1).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -93,14 +96,18 @@ static int wrong_secret(void)
     return 0;
 }
 
-static int leave_early(int kill_self)
+enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL };
+
+static int leave_early(enum leave how)
 {
     int rank, size;
     if (srv_boot_init(&rank, &size))
         FAIL("srv_boot_init failed");
     if (rank == size - 1) {
-        if (kill_self)
+        if (how == LEAVE_KILL)
             raise(SIGKILL);
+        if (how == LEAVE_STALL)
+            sleep(3);
         _exit(0); /* no srv_boot_finalize: as if it crashed quietly */
     }
     char c = 'x', all[64];
@@ -109,6 +116,10 @@ static int leave_early(int kill_self)
     int rc = srv_boot_allgather(&c, 1, all);
     if (rc != MPIV_ERR_BOOTSTRAP)
         FAIL("rank %d: allgather without the last rank gave %d", rank, rc);
+    /* the first rank to time out leaves, which fails the others at once */
+    if (how == LEAVE_STALL && !strstr(mpiv_error_detail(), "timed out") &&
+        !strstr(mpiv_error_detail(), "left the exchange"))
+        FAIL("rank %d: allgather failed but did not time out", rank);
     printf("boot_probe: rank %d failed as expected: %s\n", rank, mpiv_error_detail());
     return 0;
 }
@@ -122,9 +133,11 @@ int main(int argc, char **argv)
     if (strcmp(mode, "wrong-secret") == 0)
         return wrong_secret();
     if (strcmp(mode, "leave-early") == 0)
-        return leave_early(0);
+        return leave_early(LEAVE_EXIT);
     if (strcmp(mode, "kill-early") == 0)
-        return leave_early(1);
+        return leave_early(LEAVE_KILL);
+    if (strcmp(mode, "stall") == 0)
+        return leave_early(LEAVE_STALL);
     fprintf(stderr, "boot_probe: unknown mode %s\n", mode);
     return 2;
 }

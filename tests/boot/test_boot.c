@@ -210,6 +210,20 @@ START_TEST(rank_killed_early_ends_the_job)
 }
 END_TEST
 
+/* The last rank joins and then does nothing for 3 s: with
+ * MPIV_BOOT_TIMEOUT=1 the others' allgather fails after about a second. */
+START_TEST(stalled_exchange_times_out)
+{
+    char *argv[] = {MPIV_RUN, "-n", "3", "-x", "MPIV_BOOT_TIMEOUT=1", BOOT_PROBE, "stall", NULL};
+    struct run_result r = run_cmd(argv, 25);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, "failed as expected"), 2);
+    ck_assert_int_ge(count_str(r.out, "timed out after 1 s while waiting for the other ranks"), 1);
+    ck_assert(r.seconds < 10);
+    free(r.out);
+}
+END_TEST
+
 static int have_mpirun(void)
 {
     return access("/usr/bin/mpirun", X_OK) == 0 && !getenv("MPIV_TEST_NO_MPIRUN");
@@ -231,6 +245,25 @@ static void mpirun_job(int n)
     ck_assert_int_eq(count_str(r.out, " via pmix ok"), n);
     free(r.out);
 }
+
+/* PMIx: a fence that does not complete ends with MPIV_BOOT_TIMEOUT too
+ * (Open MPI's PMIx server honours PMIX_TIMEOUT). mpirun itself then fails
+ * the job, since the ranks exit without PMIx_Finalize. */
+START_TEST(mpirun_stalled_fence_times_out)
+{
+    if (!have_mpirun())
+        return;
+    clean_env();
+    char *argv[] = {"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "3",
+                    BOOT_PROBE, "stall", NULL};
+    char *env[] = {"LSAN_OPTIONS=suppressions=" BOOT_LSAN_SUPP ":print_suppressions=0",
+                   "MPIV_BOOT_TIMEOUT=1", NULL};
+    struct run_result r = run_cmd_env(argv, env, 25);
+    ck_assert_msg(count_str(r.out, "fence timed out after 1 s") >= 1, "%s", r.out);
+    ck_assert(r.seconds < 15);
+    free(r.out);
+}
+END_TEST
 
 START_TEST(mpirun_2_ranks_pmix) { mpirun_job(2); }
 END_TEST
@@ -255,7 +288,9 @@ static Suite *boot_suite(void)
     tcase_add_test(jobs, wrong_secret_is_refused);
     tcase_add_test(jobs, rank_leaving_early_fails_the_others);
     tcase_add_test(jobs, rank_killed_early_ends_the_job);
+    tcase_add_test(jobs, stalled_exchange_times_out);
     tcase_add_test(jobs, mpirun_2_ranks_pmix);
+    tcase_add_test(jobs, mpirun_stalled_fence_times_out);
     tcase_add_test(jobs, mpirun_4_ranks_pmix);
     suite_add_tcase(s, jobs);
     return s;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -326,6 +327,38 @@ START_TEST(launcher_job_joins_the_exchange)
 }
 END_TEST
 
+/* With an ssh launcher the command crosses a remote shell: a fake ssh that
+ * runs its last argument with sh checks that words with spaces, quotes and
+ * dollars arrive intact, and that the rank gets its variables. */
+START_TEST(ssh_launcher_quotes_the_command)
+{
+    char dir[] = "/tmp/mpiv_fake_ssh_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char ssh[64], tmpl[96];
+    snprintf(ssh, sizeof ssh, "%s/ssh", dir);
+    FILE *f = fopen(ssh, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n"
+          "while [ $# -gt 0 ]; do case \"$1\" in -o) shift 2;; -*) shift;; *) break;; esac; done\n"
+          "host=$1; shift\n"
+          "[ $# -eq 1 ] || { echo \"fake ssh: expected one command word, got $#\" >&2; exit 9; }\n"
+          "exec sh -c \"$1\"\n", f);
+    fclose(f);
+    chmod(ssh, 0755);
+    snprintf(tmpl, sizeof tmpl, "%s -T -o BatchMode=yes {host}", ssh);
+    struct run_result r = RUN("-n", "2", "-H", "h1,h2", "--launcher", tmpl, "-x",
+                              "MPIV_TEST_Q=it's \"q\" $HOME `x`", PROBE, "env", "MPIV_TEST_Q",
+                              "two words");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "MPIV_TEST_Q=it's \"q\" $HOME `x` two words=(unset)"), 2);
+    EXPECT_OUT(r, "rank=0 size=2 local_rank=0 local_size=1 addr=");
+    EXPECT_OUT(r, "rank=1 size=2 local_rank=0 local_size=1 addr=");
+    free(r.out);
+    unlink(ssh);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -385,6 +418,7 @@ static Suite *run_suite(void)
     tcase_add_test(tc, timeout_kills_the_job);
     tcase_add_test(tc, hosts_round_robin_and_block);
     tcase_add_test(tc, launcher_job_joins_the_exchange);
+    tcase_add_test(tc, ssh_launcher_quotes_the_command);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
     suite_add_tcase(s, tc);
