@@ -197,6 +197,10 @@ static void ht_queue_regrow(struct ht_queue *q, ht_value *ring, uint32_t cap)
 
 ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
 {
+#ifndef NDEBUG
+    if (util_unlikely(v == HT_EMPTY))
+        util_fatal("ht_match_or_insert: a NULL request is not a value");
+#endif
     struct ht_bucket *head = &t->buckets[ht_hash(k) & t->mask];
     void *spare = NULL;       /* a line allocated outside the lock (I7)   */
     ht_value *spare_ring = NULL;

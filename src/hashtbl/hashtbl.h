@@ -5,6 +5,13 @@
  * Key (64 bits): | context:8 | source rank:24 | tag:32 |. Contexts keep
  * internal traffic (collectives) from ever matching user tags. User tags
  * are 0..MPIV_TAG_MAX (31 bits), ranks 0..MPIV_RANK_MAX (24 bits).
+ * Limits this implies: at most 2^24 = 16,777,216 ranks per job, 256
+ * contexts (3 in use), and 31 tag bits (mpiv.h reserves bit 31).
+ * ht_make_key masks each field, so an out-of-range rank or context can
+ * never alias another field, but it truncates silently: the public API
+ * must reject out-of-range ranks and tags (MPIV_ERR_RANK / MPIV_ERR_TAG)
+ * before building a key. The table hashes all 64 bits, so any field may
+ * vary.
  *
  * Value: a tagged pointer. Bit 0 says what it points to: HT_KIND_REQ, a
  * posted receive request; HT_KIND_PKT, an arrived packet (or any object the
