@@ -355,6 +355,7 @@ struct bc_opts {
     int npairs;
     size_t size;    /* message size of the multi-threaded tests */
     int window;
+    double budget;  /* seconds per pair count of the multi-threaded tests */
 };
 
 static inline size_t bc_parse_size(const char *s)
@@ -375,12 +376,15 @@ static inline void bc_usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--quick] [-i iters] [-m [min:]max] [-p p1,p2,...] [-s size] [-w window]\n"
+            "          [-t seconds]\n"
             "  --quick   few iterations (smoke test)\n"
             "  -i N      iterations per size / per pair (default: scaled per test)\n"
             "  -m A:B    message sizes from A to B bytes (K, M suffixes)\n"
             "  -p LIST   pair counts for the multi-threaded tests (default 1,2,8,64,1024)\n"
             "  -s SIZE   message size of the multi-threaded tests (default 8)\n"
-            "  -w N      window of the bandwidth and rate tests (default 64)\n",
+            "  -w N      window of the bandwidth and rate tests (default 64)\n"
+            "  -t S      time budget per pair count of the multi-threaded tests: past it,\n"
+            "            pairs stop early (default 10; 2 with --quick)\n",
             prog);
     exit(2);
 }
@@ -432,6 +436,10 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
             i++;
         } else if (!strcmp(a, "-s") && v) {
             o->size = bc_parse_size(v), i++;
+        } else if (!strcmp(a, "-t") && v) {
+            o->budget = atof(v), i++;
+            if (o->budget <= 0)
+                bc_usage(argv[0]);
         } else if (!strcmp(a, "-w") && v) {
             o->window = atoi(v), i++;
             if (o->window <= 0)
@@ -440,6 +448,8 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
             bc_usage(argv[0]);
         }
     }
+    if (o->budget == 0)
+        o->budget = o->quick ? 2 : 10;
 }
 
 #endif /* BENCH_PT2PT_COMM_H */
