@@ -72,7 +72,8 @@ static struct srv_state {
     bool inited;
 
     uint64_t spin_ns, max_sleep_ns;
-    struct srv_stats stats;
+    struct srv_stats stats; /* under progress_lock, except sleeps: */
+    atomic_ulong sleeps;    /* the idle server's, outside the lock */
 } S = {
     .progress_lock = UTIL_SPINLOCK_INIT,
     .q_lock = UTIL_SPINLOCK_INIT,
@@ -119,7 +120,13 @@ void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns)
     S.max_sleep_ns = max_sleep_ns;
 }
 
-void srv_get_stats(struct srv_stats *st) { *st = S.stats; }
+void srv_get_stats(struct srv_stats *st)
+{
+    util_spin_lock(&S.progress_lock);
+    *st = S.stats;
+    util_spin_unlock(&S.progress_lock);
+    st->sleeps = atomic_load_explicit(&S.sleeps, memory_order_relaxed);
+}
 
 const char *srv_backend_name(void) { return S.ops ? S.ops->name : "none"; }
 
@@ -186,8 +193,10 @@ static int q_drain(void)
     int done = 0;
     if (atomic_load_explicit(&S.q_len, memory_order_relaxed) == 0)
         return 0;
+    uintptr_t failed[SRV_BATCH];
+    int nfailed = 0;
     util_spin_lock(&S.q_lock);
-    while (S.q_head) {
+    while (S.q_head && nfailed < SRV_BATCH) {
         uintptr_t item = S.q_head;
         uintptr_t next = *q_link(item); /* the post may reuse the link */
         int rc = post_item(item);
@@ -200,10 +209,13 @@ static int q_drain(void)
         done++;
         if (rc != MPIV_SUCCESS) {
             util_log_error("server: queued operation failed: %s", mpiv_error_detail());
-            fail_item(item, MPIV_ERR_NET);
+            failed[nfailed++] = item;
         }
     }
     util_spin_unlock(&S.q_lock);
+    /* Outside the lock: a done callback may post again. */
+    for (int i = 0; i < nfailed; i++)
+        fail_item(failed[i], MPIV_ERR_NET);
     S.stats.queued_posted += (uint64_t)done;
     return done;
 }
@@ -471,7 +483,7 @@ static void *server_loop(void *arg)
                 sleep = S.max_sleep_ns;
             if (busy && sleep > 1000)
                 sleep = 1000;
-            S.stats.sleeps++;
+            atomic_fetch_add_explicit(&S.sleeps, 1, memory_order_relaxed);
             sleep_ns(sleep);
         }
     }

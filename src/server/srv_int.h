@@ -127,7 +127,7 @@ void srv_mr_cache_stats(struct srv_mr_stats *st);
 /* Idle backoff of the server thread: spin (then yield as long again) for
  * spin_ns, then sleep in doubling steps up to max_sleep_ns. */
 void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns);
-/* Counted by whoever holds the progress lock; read them when quiet. */
+/* Counted by whoever holds the progress lock (srv_get_stats takes it). */
 struct srv_stats {
     uint64_t recvs, sends_done, writes_done, imms;
     uint64_t queued_posted; /* operations that waited in the send queue */
