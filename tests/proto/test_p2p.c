@@ -1,0 +1,496 @@
+/*
+ * Multi-rank tests of point-to-point and collectives, run under mpiv_run
+ * with 2 and 4 ranks. Every rank runs the same Check cases in the same order
+ * (CK_FORK=no: one process, so mpiv_init is done once, in main); ranks pair
+ * up as (0,1), (2,3), … for point-to-point, and all take part in
+ * collectives.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpiv.h"
+
+static int me, nranks, partner; /* partner: the other rank of my pair, or -1 */
+static size_t eager;            /* a size that is surely eager               */
+
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
+                      mpiv_error_detail());                                                  \
+    } while (0)
+
+static unsigned char pattern(size_t i, unsigned seed) { return (unsigned char)(i * 131u + seed * 7u + 1u); }
+
+static void fill(unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = pattern(i, seed);
+}
+
+static void check_data(const unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != pattern(i, seed))
+            ck_abort_msg("byte %zu of %zu is %u, expected %u (seed %u)", i, n, b[i],
+                         pattern(i, seed), seed);
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* Every size from 0 to 16 MiB in powers of two and ±1 around them, both
+ * sides of the eager limit; receiver first (receive posted before a barrier
+ * that the sender waits for) and sender first (send started before it). */
+START_TEST(all_sizes_both_orders)
+{
+    if (partner < 0)
+        return;
+    size_t max = 16u << 20;
+    unsigned char *buf = malloc(max + 1);
+    ck_assert_ptr_nonnull(buf);
+    int sender = (me % 2) == 0;
+    unsigned seed = 0;
+    for (int order = 0; order < 2; order++) { /* 0: receiver first, 1: sender first */
+        for (size_t p = 1; p <= max; p <<= 1) {
+            size_t sizes[3] = {p - 1, p, p + 1};
+            for (int k = 0; k < 3; k++) {
+                size_t n = sizes[k];
+                if (n > max)
+                    continue;
+                seed++;
+                int tag = (int)(seed & 0xffff);
+                mpiv_request_t r;
+                if (sender) {
+                    fill(buf, n, seed);
+                    if (order == 0) {
+                        OK(mpiv_barrier());
+                        OK(mpiv_send(buf, n, partner, tag));
+                    } else {
+                        OK(mpiv_isend(buf, n, partner, tag, &r));
+                        OK(mpiv_barrier());
+                        OK(mpiv_wait(&r, NULL));
+                    }
+                } else {
+                    memset(buf, 0xEE, n + 1);
+                    mpiv_status_t st;
+                    if (order == 0) {
+                        OK(mpiv_irecv(buf, n, partner, tag, &r));
+                        OK(mpiv_barrier());
+                    } else {
+                        OK(mpiv_barrier());
+                        OK(mpiv_irecv(buf, n, partner, tag, &r));
+                    }
+                    OK(mpiv_wait(&r, &st));
+                    ck_assert_uint_eq(st.size, n);
+                    ck_assert_int_eq(st.source, partner);
+                    ck_assert_int_eq(st.tag, tag);
+                    check_data(buf, n, seed);
+                    ck_assert_uint_eq(buf[n], 0xEE);
+                }
+            }
+        }
+    }
+    free(buf);
+}
+END_TEST
+
+/* Receive buffers larger than the message on both sides of the eager limit
+ * (the status tells the real size), and messages larger than the buffer
+ * (MPIV_ERR_TRUNCATE, not one byte written past the buffer, and the sender
+ * still completes). */
+struct mm_case {
+    size_t msg, buf;
+};
+static struct mm_case mm_cases[8];
+static void init_mm_cases(void)
+{
+    size_t big = 4 * eager + 1000;
+    struct mm_case c[8] = {
+        {10, 100},             /* eager into a larger eager-sized buffer  */
+        {10, big},             /* eager message into a rendezvous buffer  */
+        {eager, big},          /* largest eager into a rendezvous buffer  */
+        {big, 2 * big},        /* rendezvous into a larger buffer         */
+        {100, 10},             /* eager, truncated                        */
+        {big, 100},            /* rendezvous into an eager-sized buffer   */
+        {2 * big, big},        /* rendezvous, truncated                   */
+        {eager + 1, eager},    /* just over the limit, buffer at it      */
+    };
+    memcpy(mm_cases, c, sizeof c);
+}
+
+START_TEST(buffer_size_mismatch)
+{
+    if (partner < 0)
+        return;
+    struct mm_case c = mm_cases[_i];
+    int sender = (me % 2) == 0;
+    for (int order = 0; order < 2; order++) {
+        unsigned seed = 1000u + (unsigned)_i * 2 + (unsigned)order;
+        int tag = 5000 + _i * 2 + order;
+        if (sender) {
+            unsigned char *b = malloc(c.msg);
+            fill(b, c.msg, seed);
+            mpiv_request_t r;
+            if (order == 0) {
+                OK(mpiv_barrier());
+                OK(mpiv_send(b, c.msg, partner, tag));
+            } else {
+                OK(mpiv_isend(b, c.msg, partner, tag, &r));
+                OK(mpiv_barrier());
+                OK(mpiv_wait(&r, NULL));
+            }
+            free(b);
+        } else {
+            unsigned char *b = malloc(c.buf + 64);
+            memset(b, 0xEE, c.buf + 64);
+            mpiv_request_t r;
+            mpiv_status_t st;
+            if (order == 0) {
+                OK(mpiv_irecv(b, c.buf, partner, tag, &r));
+                OK(mpiv_barrier());
+            } else {
+                OK(mpiv_barrier());
+                OK(mpiv_irecv(b, c.buf, partner, tag, &r));
+            }
+            int rc = mpiv_wait(&r, &st);
+            ck_assert_uint_eq(st.size, c.msg);
+            if (c.msg <= c.buf) {
+                ck_assert_int_eq(rc, MPIV_SUCCESS);
+                check_data(b, c.msg, seed);
+                for (size_t i = c.msg; i < c.buf + 64; i++)
+                    ck_assert_uint_eq(b[i], 0xEE);
+            } else {
+                ck_assert_int_eq(rc, MPIV_ERR_TRUNCATE);
+                ck_assert_int_eq(st.error, MPIV_ERR_TRUNCATE);
+                for (size_t i = c.buf; i < c.buf + 64; i++)
+                    ck_assert_uint_eq(b[i], 0xEE);
+            }
+            free(b);
+        }
+    }
+    /* the channel still works after a truncation */
+    int x = 42, y = 0;
+    if (sender)
+        OK(mpiv_send(&x, sizeof x, partner, 9999));
+    else {
+        OK(mpiv_recv(&y, sizeof y, partner, 9999, NULL));
+        ck_assert_int_eq(y, 42);
+    }
+}
+END_TEST
+
+/* 1,000 messages with one (source, tag), alternating eager and rendezvous
+ * sizes and receive buffers of both kinds, arrive in the order sent: the
+ * stale-RTR hazard would show here as a message landing in the wrong
+ * buffer. */
+START_TEST(same_tag_in_order)
+{
+    if (partner < 0)
+        return;
+    enum { N = 1000 };
+    int sender = (me % 2) == 0;
+    size_t big = eager * 2 + 8;
+    size_t sizes[4] = {8, big, eager, big + 1};
+    if (sender) {
+        unsigned char *b = malloc(big + 1);
+        mpiv_request_t *r = calloc(N, sizeof *r);
+        unsigned char **bufs = calloc(N, sizeof *bufs);
+        for (int i = 0; i < N; i++) {
+            size_t n = sizes[i % 4];
+            bufs[i] = malloc(n);
+            fill(bufs[i], n, (unsigned)i);
+            OK(mpiv_isend(bufs[i], n, partner, 77, &r[i]));
+        }
+        OK(mpiv_waitall(N, r, NULL));
+        for (int i = 0; i < N; i++)
+            free(bufs[i]);
+        free(bufs);
+        free(r);
+        free(b);
+    } else {
+        /* receive buffers alternate small and large, out of step with the
+         * message sizes, so every combination meets */
+        mpiv_request_t *r = calloc(N, sizeof *r);
+        unsigned char **bufs = calloc(N, sizeof *bufs);
+        for (int i = 0; i < N; i++) {
+            bufs[i] = malloc(big + 1);
+            size_t cap = (i % 3 == 0 && sizes[i % 4] <= eager) ? eager : big + 1;
+            OK(mpiv_irecv(bufs[i], cap, partner, 77, &r[i]));
+        }
+        for (int i = 0; i < N; i++) {
+            mpiv_status_t st;
+            OK(mpiv_wait(&r[i], &st));
+            ck_assert_uint_eq(st.size, sizes[i % 4]);
+            check_data(bufs[i], st.size, (unsigned)i);
+            free(bufs[i]);
+        }
+        free(bufs);
+        free(r);
+    }
+}
+END_TEST
+
+/* Many ULTs per rank in concurrent ping-pong with distinct tags. */
+struct pp_arg {
+    int id, rounds;
+    size_t size;
+};
+
+static void *pingpong_ult(void *p)
+{
+    struct pp_arg *a = p;
+    unsigned char out[256], in[256];
+    int first = (me % 2) == 0;
+    for (int i = 0; i < a->rounds; i++) {
+        unsigned seed = (unsigned)(a->id * 31 + i);
+        if (first) {
+            fill(out, a->size, seed);
+            if (mpiv_send(out, a->size, partner, a->id) != MPIV_SUCCESS)
+                return (void *)1;
+            mpiv_status_t st;
+            if (mpiv_recv(in, sizeof in, partner, a->id, &st) != MPIV_SUCCESS || st.size != a->size)
+                return (void *)2;
+            for (size_t k = 0; k < a->size; k++)
+                if (in[k] != pattern(k, seed + 1))
+                    return (void *)3;
+        } else {
+            mpiv_status_t st;
+            if (mpiv_recv(in, sizeof in, partner, a->id, &st) != MPIV_SUCCESS || st.size != a->size)
+                return (void *)2;
+            for (size_t k = 0; k < a->size; k++)
+                if (in[k] != pattern(k, seed))
+                    return (void *)3;
+            fill(out, a->size, seed + 1);
+            if (mpiv_send(out, a->size, partner, a->id) != MPIV_SUCCESS)
+                return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+static void run_ults(int n, int rounds, size_t size)
+{
+    mpiv_ult_t *u = malloc(sizeof *u * (size_t)n);
+    struct pp_arg *a = malloc(sizeof *a * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        a[i] = (struct pp_arg){.id = i, .rounds = rounds, .size = size};
+        OK(mpiv_ult_spawn(pingpong_ult, &a[i], MPIV_WORKER_ANY, &u[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        void *ret = (void *)-1;
+        OK(mpiv_ult_join(u[i], &ret));
+        ck_assert_msg(ret == NULL, "ULT %d failed with %ld", i, (long)ret);
+    }
+    free(u);
+    free(a);
+}
+
+START_TEST(ten_thousand_ults_pingpong)
+{
+    if (partner < 0)
+        return;
+    run_ults(10000, 2, 64);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Plain pthreads (not ULTs) as callers: they block without a scheduler. */
+static void *pingpong_pthread(void *p) { return pingpong_ult(p); }
+
+START_TEST(pthread_callers)
+{
+    if (partner < 0)
+        return;
+    enum { T = 4 };
+    pthread_t t[T];
+    struct pp_arg a[T];
+    for (int i = 0; i < T; i++) {
+        a[i] = (struct pp_arg){.id = 20000 + i, .rounds = 200, .size = 200};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, pingpong_pthread, &a[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        void *ret;
+        pthread_join(t[i], &ret);
+        ck_assert_msg(ret == NULL, "pthread %d failed with %ld", i, (long)ret);
+    }
+}
+END_TEST
+
+/* Invalid arguments fail before anything is sent. */
+START_TEST(bad_arguments)
+{
+    char b[8] = {0};
+    mpiv_request_t r = (mpiv_request_t)0x1;
+    ck_assert_int_eq(mpiv_send(b, 8, nranks, 0), MPIV_ERR_RANK);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "outside"));
+    ck_assert_int_eq(mpiv_send(b, 8, -1, 0), MPIV_ERR_RANK);
+    ck_assert_int_eq(mpiv_recv(b, 8, nranks + 5, 0, NULL), MPIV_ERR_RANK);
+    ck_assert_int_eq(mpiv_send(b, 8, 0, -1), MPIV_ERR_TAG);
+    ck_assert_int_eq(mpiv_isend(b, 8, 0, -7, &r), MPIV_ERR_TAG);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(mpiv_send(NULL, 8, 0, 0), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_irecv(NULL, 1, 0, 0, &r), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_irecv(b, 1, 0, 0, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_bcast(b, 8, nranks), MPIV_ERR_RANK);
+    ck_assert_int_eq(mpiv_allreduce(b, b, 1, (mpiv_datatype_t)9, MPIV_SUM), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_allreduce(b, b, 1, MPIV_INT64, (mpiv_op_t)9), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_init(NULL, NULL), MPIV_ERR_STATE);
+    /* NULL buffer with size 0 is a valid empty message */
+    r = MPIV_REQUEST_NULL;
+    ck_assert_int_eq(mpiv_wait(&r, NULL), MPIV_SUCCESS);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Collectives against a serial reference. */
+START_TEST(collectives)
+{
+    for (int round = 0; round < 20; round++)
+        OK(mpiv_barrier());
+    size_t sizes[] = {0, 1, 100, eager, eager + 1, 3 * eager + 17};
+    for (int root = 0; root < nranks; root++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+            size_t n = sizes[k];
+            unsigned char *b = malloc(n + 1);
+            unsigned seed = (unsigned)(root * 100 + (int)k);
+            if (me == root)
+                fill(b, n, seed);
+            else
+                memset(b, 0, n + 1);
+            OK(mpiv_bcast(b, n, root));
+            check_data(b, n, seed);
+            free(b);
+        }
+    }
+    size_t counts[] = {1, 7, 1000, 5000};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        size_t n = counts[c];
+        int64_t *ai = malloc(n * 8), *ri = malloc(n * 8);
+        double *ad = malloc(n * 8), *rd = malloc(n * 8);
+        for (int op = MPIV_SUM; op <= MPIV_MAX; op++) {
+            for (size_t i = 0; i < n; i++) {
+                ai[i] = (int64_t)(me * 1000003 + (int)i) * ((me + (int)i) % 2 ? -1 : 1);
+                ad[i] = (double)ai[i] * 0.5;
+            }
+            OK(mpiv_allreduce(ai, ri, n, MPIV_INT64, (mpiv_op_t)op));
+            OK(mpiv_allreduce(ad, ad, n, MPIV_DOUBLE, (mpiv_op_t)op)); /* in place */
+            for (size_t i = 0; i < n; i++) {
+                int64_t ref = 0;
+                for (int r = 0; r < nranks; r++) {
+                    int64_t v = (int64_t)(r * 1000003 + (int)i) * ((r + (int)i) % 2 ? -1 : 1);
+                    if (r == 0)
+                        ref = v;
+                    else if (op == MPIV_SUM)
+                        ref += v;
+                    else if (op == MPIV_MIN)
+                        ref = v < ref ? v : ref;
+                    else
+                        ref = v > ref ? v : ref;
+                }
+                ck_assert_int_eq(ri[i], ref);
+                ck_assert_double_eq_tol(ad[i], (double)ref * 0.5, 1e-6);
+            }
+        }
+        free(ai);
+        free(ri);
+        free(ad);
+        free(rd);
+    }
+}
+END_TEST
+
+/* 64 ULTs per rank send and receive through a pool that may hold only a
+ * few packets (run again with MPIV_PACKETS=4): a ULT that finds no packet
+ * waits for one instead of failing, and nothing deadlocks. */
+static void *pool_sender(void *p)
+{
+    struct pp_arg *a = p;
+    unsigned char b[512];
+    for (int i = 0; i < a->rounds; i++) {
+        fill(b, a->size, (unsigned)(a->id + i));
+        if (mpiv_send(b, a->size, partner, a->id) != MPIV_SUCCESS)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void *pool_receiver(void *p)
+{
+    struct pp_arg *a = p;
+    unsigned char b[512];
+    for (int i = 0; i < a->rounds; i++) {
+        mpiv_status_t st;
+        if (mpiv_recv(b, sizeof b, partner, a->id, &st) != MPIV_SUCCESS || st.size != a->size)
+            return (void *)2;
+        for (size_t k = 0; k < a->size; k++)
+            if (b[k] != pattern(k, (unsigned)(a->id + i)))
+                return (void *)3;
+    }
+    return NULL;
+}
+
+START_TEST(pool_pressure)
+{
+    if (partner < 0)
+        return;
+    enum { U = 64 };
+    mpiv_ult_t u[U];
+    struct pp_arg a[U];
+    int sender = (me % 2) == 0;
+    for (int i = 0; i < U; i++) {
+        a[i] = (struct pp_arg){.id = 30000 + i, .rounds = 50, .size = (size_t)(i * 7) % 500};
+        OK(mpiv_ult_spawn(sender ? pool_sender : pool_receiver, &a[i], MPIV_WORKER_ANY, &u[i]));
+    }
+    for (int i = 0; i < U; i++) {
+        void *ret = (void *)-1;
+        OK(mpiv_ult_join(u[i], &ret));
+        ck_assert_msg(ret == NULL, "ULT %d failed with %ld", i, (long)ret);
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    int rc = mpiv_init(&argc, &argv);
+    if (rc) {
+        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+        return 1;
+    }
+    me = mpiv_rank();
+    nranks = mpiv_size();
+    partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
+    /* the eager limit is a packet's payload: its size less the 32-byte header */
+    const char *ps = getenv("MPIV_PACKET_SIZE");
+    eager = (ps ? (size_t)atol(ps) : 8192) - 32;
+    init_mm_cases();
+
+    Suite *s = suite_create("p2p");
+    TCase *tc = tcase_create("p2p");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, all_sizes_both_orders);
+    tcase_add_loop_test(tc, buffer_size_mismatch, 0, 8);
+    tcase_add_test(tc, same_tag_in_order);
+    tcase_add_test(tc, pthread_callers);
+    tcase_add_test(tc, ten_thousand_ults_pingpong);
+    tcase_add_test(tc, collectives);
+    suite_add_tcase(s, tc);
+    TCase *pool = tcase_create("pool");
+    tcase_set_timeout(pool, 300);
+    tcase_add_test(pool, pool_pressure);
+    suite_add_tcase(s, pool);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, me == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (failed) {
+        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
+        return 1; /* mpiv_run ends the job */
+    }
+    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
+}
