@@ -612,6 +612,13 @@ static void kvs_try_complete(void)
     }
     uint32_t len = 0;
     for (int r = 0; r < nranks; r++) {
+        if (ranks[r].said_bye) {
+            kvs_break("rank %d already left the job (srv_boot_finalize), so an allgather or "
+                      "barrier cannot complete", r);
+            return;
+        }
+    }
+    for (int r = 0; r < nranks; r++) {
         struct client *c = client_of_rank[r];
         if (!c || !c->pending)
             return;
@@ -662,15 +669,16 @@ static int client_parse(struct client *c)
     for (;;) {
         if (c->state == CL_HELLO) {
             const size_t fixed = BOOT_WIRE_MAGIC_LEN + 12;
+            if (c->in_used >= BOOT_WIRE_MAGIC_LEN &&
+                memcmp(c->in, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN) != 0) {
+                refuse(c, "not an MPIv bootstrap client");
+                return 0;
+            }
             if (c->in_used < fixed)
                 return 1;
             uint32_t f[3];
             memcpy(f, c->in + BOOT_WIRE_MAGIC_LEN, sizeof f);
             uint32_t rank = ntohl(f[0]), size = ntohl(f[1]), slen = ntohl(f[2]);
-            if (memcmp(c->in, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN) != 0) {
-                refuse(c, "not an MPIv bootstrap client");
-                return 0;
-            }
             if (slen > 4 * BOOT_SECRET_HEX) {
                 refuse(c, "wrong job secret");
                 return 0;
@@ -715,6 +723,13 @@ static int client_parse(struct client *c)
         if (op == BOOT_OP_BYE) {
             ranks[c->rank].said_bye = 1;
             client_drop(c);
+            /* others already waiting in an allgather can never complete */
+            for (struct client *o = clients; o; o = o->next) {
+                if (o->state == CL_JOINED && o->pending) {
+                    kvs_try_complete();
+                    break;
+                }
+            }
             return 0;
         }
         if (op != BOOT_OP_GATHER || len > BOOT_MAX_BLOB || c->pending) {

@@ -12,11 +12,19 @@
  *                                     if it did).
  *   boot_probe kill-early             the last rank joins and kills itself;
  *                                     the others wait in an allgather.
+ *   boot_probe garbage                rank 0 first sends junk to the exchange
+ *                                     (must be cut off), then all check.
+ *   boot_probe early-bye              the last rank joins and leaves properly
+ *                                     at once; the others' allgather fails.
  *   boot_probe stall                  the last rank joins, sleeps 3 s, exits;
  *                                     the others' allgather must time out
  *                                     (run with MPIV_BOOT_TIMEOUT=1).
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +104,32 @@ static int wrong_secret(void)
     return 0;
 }
 
-enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL };
+/* Connects to MPIV_BOOT_ADDR (IPv4 host:port) without the bootstrap, sends
+ * junk, and expects the exchange to close the connection. */
+static void send_garbage(void)
+{
+    const char *addr = getenv("MPIV_BOOT_ADDR");
+    char host[64];
+    int port;
+    if (!addr || sscanf(addr, "%63[^:]:%d", host, &port) != 2)
+        FAIL("MPIV_BOOT_ADDR=%s", addr ? addr : "(unset)");
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        FAIL("cannot connect to %s", addr);
+    static const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    if (write(fd, junk, sizeof junk - 1) != (ssize_t)(sizeof junk - 1))
+        FAIL("write");
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char c;
+    if (poll(&p, 1, 5000) != 1 || read(fd, &c, 1) != 0)
+        FAIL("the exchange did not close a junk connection");
+    close(fd);
+    printf("boot_probe: junk connection closed\n");
+}
+
+enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL, LEAVE_BYE };
 
 static int leave_early(enum leave how)
 {
@@ -108,6 +141,10 @@ static int leave_early(enum leave how)
             raise(SIGKILL);
         if (how == LEAVE_STALL)
             sleep(3);
+        if (how == LEAVE_BYE) {
+            srv_boot_finalize();
+            sleep(1); /* still running while the others try */
+        }
         _exit(0); /* no srv_boot_finalize: as if it crashed quietly */
     }
     char c = 'x', all[64];
@@ -136,6 +173,13 @@ int main(int argc, char **argv)
         return leave_early(LEAVE_EXIT);
     if (strcmp(mode, "kill-early") == 0)
         return leave_early(LEAVE_KILL);
+    if (strcmp(mode, "early-bye") == 0)
+        return leave_early(LEAVE_BYE);
+    if (strcmp(mode, "garbage") == 0) {
+        if (atoi(getenv("MPIV_RANK") ? getenv("MPIV_RANK") : "0") == 0)
+            send_garbage();
+        return check(argc, argv);
+    }
     if (strcmp(mode, "stall") == 0)
         return leave_early(LEAVE_STALL);
     fprintf(stderr, "boot_probe: unknown mode %s\n", mode);

@@ -186,6 +186,29 @@ START_TEST(wrong_secret_is_refused)
 }
 END_TEST
 
+START_TEST(junk_client_is_cut_off)
+{
+    struct run_result r = run_job(2, "garbage", "mpiv_run");
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_ptr_nonnull(strstr(r.out, "junk connection closed"));
+    ck_assert_ptr_nonnull(strstr(r.out, "not an MPIv bootstrap client"));
+    ck_assert_int_eq(count_str(r.out, "via mpiv_run ok"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* A rank that left with srv_boot_finalize cannot take part in another
+ * allgather: the others are told at once. */
+START_TEST(allgather_after_a_rank_left_fails)
+{
+    struct run_result r = run_job(3, "early-bye", NULL);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    ck_assert_int_eq(count_str(r.out, "rank 2 already left the job"), 2);
+    ck_assert(r.seconds < 10);
+    free(r.out);
+}
+END_TEST
+
 /* The last rank joins and exits 0 without leaving properly: the others'
  * allgather fails at once rather than waiting for MPIV_BOOT_TIMEOUT. */
 START_TEST(rank_leaving_early_fails_the_others)
@@ -286,6 +309,8 @@ static Suite *boot_suite(void)
     tcase_add_test(jobs, mpiv_run_2_ranks);
     tcase_add_test(jobs, mpiv_run_4_ranks);
     tcase_add_test(jobs, wrong_secret_is_refused);
+    tcase_add_test(jobs, junk_client_is_cut_off);
+    tcase_add_test(jobs, allgather_after_a_rank_left_fails);
     tcase_add_test(jobs, rank_leaving_early_fails_the_others);
     tcase_add_test(jobs, rank_killed_early_ends_the_job);
     tcase_add_test(jobs, stalled_exchange_times_out);
