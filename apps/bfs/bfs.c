@@ -79,6 +79,10 @@ static void expand_chunk(void *arg, int64_t c)
             if (++fill[o] == b->bufcap) {
                 par_send(buf + (size_t)o * (size_t)b->bufcap * 2, (size_t)fill[o] * 2 * sizeof *buf, o, TAG_VISIT);
                 fill[o] = 0;
+                /* Let this worker's receivers drain what the peers sent us
+                 * before sending more: a worker that only sends lets
+                 * unexpected messages pile up and use up packets. */
+                par_yield();
             }
         }
     }
