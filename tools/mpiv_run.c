@@ -116,7 +116,8 @@ static void print_help(void)
         "                        with -H, 0.0.0.0 and each host is given the local\n"
         "                        address that routes to it (use --bind when host names\n"
         "                        are not network names, e.g. network namespaces).\n"
-        "  -x VAR[=VAL]          set VAR in every rank (VAR alone: copy our value).\n"
+        "  -x VAR[=VAL]          set VAR in every rank (VAR alone: copy our value,\n"
+        "                        if we have one).\n"
         "                        Repeatable. Local ranks inherit our whole environment\n"
         "                        anyway; remote ranks get MPIV_* and -x variables only.\n"
         "      --timeout S       kill the job after S seconds (exit status %d)\n"
@@ -129,7 +130,11 @@ static void print_help(void)
         "still alive %d ms later are killed.\n"
         "Failure: when a rank exits non-zero or dies of a signal, mpiv_run says\n"
         "which and how, terminates the other ranks (SIGTERM, then SIGKILL) and\n"
-        "exits with that rank's status (128+N for signal N). Bad usage exits 2.\n"
+        "exits with that rank's status (128+N for signal N). Bad usage exits 2;\n"
+        "mpiv_run's own failures (cannot fork, listen, ...) exit 1.\n"
+        "Each rank runs in its own process group, so a launcher's children die\n"
+        "with it. Through ssh, mpiv_run ends the local ssh client; a remote rank\n"
+        "then loses its connection to the exchange (and its stdout).\n"
         "\n"
         "Variables mpiv_run sets in each rank:\n"
         "  MPIV_BOOT_ADDR        host:port of mpiv_run's key-value exchange\n"
@@ -137,6 +142,9 @@ static void print_help(void)
         "  MPIV_RANK, MPIV_SIZE  the rank and the number of ranks\n"
         "  MPIV_LOCAL_RANK, MPIV_LOCAL_SIZE  index of the rank among the ranks of\n"
         "                        its host, and their number\n"
+        "A program started by mpiv_run joins the job through MPIV_BOOT_ADDR; one\n"
+        "started by srun/mpirun/prterun (PMIX_RANK set) through PMIx; one started\n"
+        "alone is rank 0 of 1.\n"
         "Variables the bootstrap reads:\n"
         "  MPIV_BOOT_TIMEOUT     integer 1..86400, default 60: seconds a rank waits\n"
         "                        for one step of the exchange before failing\n"
@@ -971,8 +979,11 @@ static char *shell_quote(const char *s)
 /* argv for a rank started through a launcher template: the template's
  * words ({host} replaced), then `env VARS... prog args...` — as one
  * shell-quoted word after `cd DIR &&` when the launcher is ssh, whose
- * remote side hands its arguments to a shell. */
-static char **launcher_argv(int r)
+ * remote side hands its arguments to a shell. Through ssh the job secret
+ * is not on the command line (where ps shows it, on both hosts, for as
+ * long as the job runs): the remote shell reads it from the first line of
+ * stdin, and *secret_on_stdin tells spawn_rank to write it there. */
+static char **launcher_argv(int r, int *secret_on_stdin)
 {
     const char *tmpl = opt.launcher ? opt.launcher : "ssh -T -o BatchMode=yes {host}";
     const char *host = ranks[r].host >= 0 ? opt.hosts[ranks[r].host] : "localhost";
@@ -994,11 +1005,15 @@ static char **launcher_argv(int r)
     }
     const char *base = strrchr(v[0], '/');
     base = base ? base + 1 : v[0];
-    if (strcmp(base, "ssh") == 0) {
+    *secret_on_stdin = strcmp(base, "ssh") == 0;
+    if (*secret_on_stdin) {
         char cwd[PATH_MAX];
-        char *cmd = xasprintf("cd %s && exec env", shell_quote(getcwd(cwd, sizeof cwd) ? cwd : "."));
+        char *cmd = xasprintf("IFS= read -r MPIV_JOB_SECRET && export MPIV_JOB_SECRET && "
+                              "cd %s && exec env",
+                              shell_quote(getcwd(cwd, sizeof cwd) ? cwd : "."));
         for (size_t i = 0; i < nenv; i++)
-            cmd = xasprintf("%s %s", cmd, shell_quote(env[i]));
+            if (strncmp(env[i], "MPIV_JOB_SECRET=", 16) != 0)
+                cmd = xasprintf("%s %s", cmd, shell_quote(env[i]));
         for (size_t i = 0; i < nargs; i++)
             cmd = xasprintf("%s %s", cmd, shell_quote(opt.argv[i]));
         v[n++] = cmd;
@@ -1024,13 +1039,14 @@ static void child_fail(const char *what, const char *arg)
 
 static void spawn_rank(int r)
 {
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    int out[2], err[2], in[2] = {-1, -1};
+    int remote = opt.launcher || opt.hosts, secret_on_stdin = 0;
+    char **argv = remote ? launcher_argv(r, &secret_on_stdin) : opt.argv;
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
+        (secret_on_stdin && pipe2(in, O_CLOEXEC) != 0)) {
         fprintf(stderr, "%s: pipe: %s\n", prog_name, strerror(errno));
         exit(EXIT_RUNTIME);
     }
-    int remote = opt.launcher || opt.hosts;
-    char **argv = remote ? launcher_argv(r) : opt.argv;
     char **env = remote ? NULL : rank_env(r, 0);
     pid_t parent = getpid();
     fflush(NULL);
@@ -1052,7 +1068,7 @@ static void spawn_rank(int r)
                 signal(s, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_SETMASK, &old_mask, NULL);
-        int null = open("/dev/null", O_RDONLY);
+        int null = in[0] >= 0 ? in[0] : open("/dev/null", O_RDONLY);
         if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
             _exit(127);
         if (null > 2)
@@ -1065,6 +1081,14 @@ static void spawn_rank(int r)
     }
     setpgid(pid, pid); /* also here: no race with an early kill(-pid) */
     scratch_free();
+    if (secret_on_stdin) {
+        /* 65 bytes always fit in an empty pipe: this never blocks */
+        close(in[0]);
+        char line[BOOT_SECRET_HEX + 2];
+        int len = snprintf(line, sizeof line, "%s\n", job_secret);
+        write_all(in[1], line, (size_t)len);
+        close(in[1]);
+    }
     close(out[1]);
     close(err[1]);
     fcntl(out[0], F_SETFL, O_NONBLOCK);

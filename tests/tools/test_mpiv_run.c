@@ -341,6 +341,7 @@ START_TEST(ssh_launcher_quotes_the_command)
     fputs("#!/bin/sh\n"
           "while [ $# -gt 0 ]; do case \"$1\" in -o) shift 2;; -*) shift;; *) break;; esac; done\n"
           "host=$1; shift\n"
+          "case \"$*\" in *MPIV_JOB_SECRET=*) echo 'fake ssh: secret on the command line' >&2; exit 8;; esac\n"
           "[ $# -eq 1 ] || { echo \"fake ssh: expected one command word, got $#\" >&2; exit 9; }\n"
           "exec sh -c \"$1\"\n", f);
     fclose(f);
@@ -353,6 +354,14 @@ START_TEST(ssh_launcher_quotes_the_command)
     ck_assert_int_eq(count_str(r.out, "MPIV_TEST_Q=it's \"q\" $HOME `x` two words=(unset)"), 2);
     EXPECT_OUT(r, "rank=0 size=2 local_rank=0 local_size=1 addr=");
     EXPECT_OUT(r, "rank=1 size=2 local_rank=0 local_size=1 addr=");
+    ck_assert_int_eq(count_str(r.out, "secret_len=64"), 2);
+    free(r.out);
+
+    /* and a whole job joins through it (the secret travels on stdin) */
+    r = RUN("-n", "2", "-H", "localhost", "--launcher", tmpl, BOOT_PROBE, "check", "mpiv_run",
+            "2");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "via mpiv_run ok"), 2);
     free(r.out);
     unlink(ssh);
     rmdir(dir);
