@@ -202,7 +202,17 @@ static bool sched_sweep(struct sched_worker *w)
     uint32_t n = atomic_load_explicit(&w->nsum, memory_order_acquire);
     uint32_t start = w->scan_start < n ? w->scan_start : 0;
     unsigned rot = (unsigned)(w->sweeps++ & 63);
-    bool ran = false;
+    /* R5: the ULTs that yielded since the last sweep; the ones that yield
+     * now go on a fresh queue, for the next sweep. `next` is read before
+     * running y: y may yield again (and reset its link) or finish. */
+    struct mpiv_ult *y = w->yq_head;
+    bool ran = y != NULL;
+    w->yq_head = w->yq_tail = NULL;
+    while (y) {
+        struct mpiv_ult *next = y->next_yield;
+        sched_run(w, y);
+        y = next;
+    }
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = start + k < n ? start + k : start + k - n;
         /* relaxed: a peek to avoid writing a clean line; the exchange
@@ -224,6 +234,8 @@ static bool sched_sweep(struct sched_worker *w)
 
 static bool any_runnable(struct sched_worker *w, memory_order mo)
 {
+    if (w->yq_head)
+        return true;
     uint32_t n = atomic_load_explicit(&w->nsum, mo);
     for (uint32_t i = 0; i < n; i++)
         if (atomic_load_explicit(&w->summary[i], mo))

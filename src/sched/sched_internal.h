@@ -25,6 +25,11 @@
  *       and a ULT that re-signals itself lands in the atomic word, to be run
  *       in the next sweep: a runnable ULT waits at most one sweep. The sweep
  *       also rotates its starting summary word and starting bit.
+ *   R5. A ULT that yields on its own worker skips the bit-vector: it goes
+ *       on the worker's private FIFO (plain stores, no atomics), which each
+ *       sweep detaches and runs first. A ULT is on that queue or has its
+ *       bit set or is running, never two of these; a yielded ULT still
+ *       runs once per sweep, so R4 holds.
  *
  * Sleeping (Dekker-style, all four operations seq_cst):
  *   worker: store sleeping=1; load nsum; load summary[0..nsum) ; sleep if 0
@@ -97,6 +102,7 @@ struct mpiv_ult {
     void *ret;
     struct sched_worker *w;
     struct mpiv_ult *next_free; /* free list of w, under w->lock */
+    struct mpiv_ult *next_yield; /* w's private yield queue (R5) */
     char *stack_lo;             /* lowest usable byte; guard page below */
     size_t stack_size;          /* usable bytes, up to this record */
     uint32_t id;                /* Γ */
@@ -121,6 +127,7 @@ struct sched_worker {
     atomic_int stop;
     /* the worker's own (R3): */
     _Alignas(UTIL_CACHELINE) struct mpiv_ult *current;
+    struct mpiv_ult *yq_head, *yq_tail; /* yielded ULTs, FIFO (R5) */
     fcontext_t sched_ctx;
     uint32_t scan_start;
     uint64_t sweeps;
@@ -322,7 +329,12 @@ static inline void sched_yield_inline(void)
         sched_yield();
         return;
     }
-    sched_set_runnable(w, u->id, false);
+    u->next_yield = NULL; /* R5: private to this pthread */
+    if (w->yq_tail)
+        w->yq_tail->next_yield = u;
+    else
+        w->yq_head = u;
+    w->yq_tail = u;
     sched_to_scheduler(w, u, NULL);
 }
 

@@ -351,7 +351,7 @@ static Suite *conc_suite(void)
 {
     Suite *s = suite_create("sched_concurrency");
     TCase *tc = tcase_create("concurrency");
-    tcase_set_timeout(tc, 60);
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, signal_from_other_worker);
     tcase_add_test(tc, signal_from_pthread);
     tcase_add_test(tc, sleeping_worker_wakes);
