@@ -55,6 +55,8 @@ static const struct cfg_var cfg_vars[] = {
      "network backend; auto = ibv where a verbs device exists, else ofi"},
     {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
      "core the server thread is pinned to; -1 = the last core of this rank's share"},
+    {"MPIV_BOOT_TIMEOUT", CFG_INT, OFF(boot_timeout), 1, 86400, 60, NULL,
+     "seconds a rank waits for one step of joining the job before failing"},
     {"MPIV_IBV_GID_INDEX", CFG_INT, OFF(ibv_gid_index), -1, 255, -1, NULL,
      "verbs GID index; -1 = the RoCE v2 IPv4 GID, or 0 on InfiniBand"},
     {"MPIV_OFI_PROVIDER", CFG_STRING, OFF(ofi_provider), 0, 0, 0, NULL,

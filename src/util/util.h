@@ -87,6 +87,7 @@ struct util_config {
     int64_t net;            /* MPIV_NET: enum util_net                       */
     int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */
     int64_t ibv_gid_index;  /* MPIV_IBV_GID_INDEX: -1 = find RoCE v2 IPv4    */
+    int64_t boot_timeout;   /* MPIV_BOOT_TIMEOUT: seconds per bootstrap step */
     char ofi_provider[64];  /* MPIV_OFI_PROVIDER: "" = choose                */
     char ibv_device[64];    /* MPIV_IBV_DEVICE: "" = first device            */
     /* facts about the machine and the launch, not variables: */

@@ -8,7 +8,7 @@
 static const char *all_vars[] = {
     "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
     "MPIV_PACKET_SIZE", "MPIV_PACKETS", "MPIV_RECV_DEPTH", "MPIV_EAGER_LIMIT",
-    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
+    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
     "MPIV_OFI_PROVIDER", "MPIV_IBV_DEVICE", "MPIV_LOCAL_SIZE", "MPIV_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
 };
@@ -53,6 +53,7 @@ START_TEST(defaults_work_on_a_laptop)
     ck_assert_int_eq(c.packet_size, 8192);
     ck_assert_int_lt(c.recv_depth, c.packets);
     ck_assert_int_eq(c.net, UTIL_NET_AUTO);
+    ck_assert_int_eq(c.boot_timeout, 60);
     ck_assert_int_eq(c.local_ranks, 1);
     ck_assert_str_eq(c.ofi_provider, "");
 }
@@ -72,6 +73,7 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_LOG", "loud", "none|error|warn|info|debug"},
     {"MPIV_NET", "tcp", "auto|ofi|ibv"},
     {"MPIV_HT_BUCKETS", "1000", "power of two"},
+    {"MPIV_BOOT_TIMEOUT", "0", "MPIV_BOOT_TIMEOUT=0: expected an integer from 1 to 86400"},
     {"MPIV_RECV_DEPTH", "4096", "must be below MPIV_PACKETS"},
     {"MPIV_EAGER_LIMIT", "16K", "cannot exceed MPIV_PACKET_SIZE"},
     {"MPIV_OFI_PROVIDER", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "too long"},
