@@ -14,6 +14,7 @@
  * Each timing is the best of 5 runs (the machine is shared: the fastest run
  * is the one least disturbed). Output is a Markdown table.
  * Usage: bench_sched [scale]   (scale < 1 shortens every loop)
+ *        bench_sched --only spawn|yield N   (one ULT loop, for callgrind)
  */
 #include <pthread.h>
 #include <sched.h>
@@ -272,7 +273,10 @@ static void blocked_child(int fd, long n, int use_ults)
 {
     struct blocked_result r = {0};
     if (use_ults) {
+        char cap[32];
+        snprintf(cap, sizeof cap, "%ld", n + 64); /* + the spawning ULT */
         setenv("MPIV_WORKERS", "1", 1);
+        setenv("MPIV_MAX_ULTS", cap, 1);
         struct util_config cfg;
         if (util_config_load(&cfg) || sched_init(&cfg))
             _exit(1);
@@ -342,8 +346,27 @@ static void row(const char *op, double ult, double pth, const char *note)
     printf("| %-22s | %12.1f | %12.1f | %8.1fx | %s |\n", op, ult, pth, pth / ult, note);
 }
 
+/* `bench_sched --only spawn|yield N`: just that ULT loop, once, for
+ * instruction counts under callgrind (run with two N and subtract). */
+static int only(const char *what, long n)
+{
+    setenv("MPIV_WORKERS", "1", 1);
+    struct util_config cfg;
+    if (util_config_load(&cfg) || sched_init(&cfg))
+        return 1;
+    if (!strcmp(what, "spawn"))
+        in_ult(ult_spawn_join, (void *)n, 0);
+    else if (!strcmp(what, "yield"))
+        in_ult(ult_yield_pair, (void *)n, 0);
+    else
+        return 1;
+    return sched_finalize();
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 3 && !strcmp(argv[1], "--only"))
+        return only(argv[2], atol(argv[3]));
     if (argc > 1)
         scale = atof(argv[1]);
     if (scale <= 0)

@@ -202,14 +202,14 @@ static bool sched_sweep(struct sched_worker *w)
     uint32_t n = atomic_load_explicit(&w->nsum, memory_order_acquire);
     uint32_t start = w->scan_start < n ? w->scan_start : 0;
     unsigned rot = (unsigned)(w->sweeps++ & 63);
-    /* R5: the ULTs that yielded since the last sweep; the ones that yield
-     * now go on a fresh queue, for the next sweep. `next` is read before
-     * running y: y may yield again (and reset its link) or finish. */
-    struct mpiv_ult *y = w->yq_head;
+    /* R5: the ULTs made runnable locally since the last sweep; the ones
+     * queued now go on a fresh queue, for the next sweep. `next` is read
+     * before running y: y may be queued again (resetting its link). */
+    struct mpiv_ult *y = w->rq_head;
     bool ran = y != NULL;
-    w->yq_head = w->yq_tail = NULL;
+    w->rq_head = w->rq_tail = NULL;
     while (y) {
-        struct mpiv_ult *next = y->next_yield;
+        struct mpiv_ult *next = y->next_ready;
         sched_run(w, y);
         y = next;
     }
@@ -234,7 +234,7 @@ static bool sched_sweep(struct sched_worker *w)
 
 static bool any_runnable(struct sched_worker *w, memory_order mo)
 {
-    if (w->yq_head)
+    if (w->rq_head)
         return true;
     uint32_t n = atomic_load_explicit(&w->nsum, mo);
     for (uint32_t i = 0; i < n; i++)
@@ -630,7 +630,7 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
 #endif
     u->ctx = make_fcontext((char *)u, u->stack_size, ult_entry);
     *ult = u;
-    sched_set_runnable(w, u->id, me != w);
+    sched_make_runnable(w, u);
     return MPIV_SUCCESS;
 }
 

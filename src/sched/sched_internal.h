@@ -12,8 +12,8 @@
  *
  * Invariants of the runnable set:
  *   R1. A ULT's bit is set only while it is suspended or about to suspend
- *       (spawn, a signal to a registered waiter, its own yield): never twice
- *       for one suspension, so the scheduler never resumes a running ULT.
+ *       (spawn, or a signal to it as a registered waiter): never twice for
+ *       one suspension, so the scheduler never resumes a running ULT.
  *   R2. Setting is word bit first, then summary bit. The scheduler clears a
  *       summary word first (exchange), then each word it names (exchange).
  *       A bit set between those two exchanges leaves the summary bit set
@@ -25,11 +25,13 @@
  *       and a ULT that re-signals itself lands in the atomic word, to be run
  *       in the next sweep: a runnable ULT waits at most one sweep. The sweep
  *       also rotates its starting summary word and starting bit.
- *   R5. A ULT that yields on its own worker skips the bit-vector: it goes
- *       on the worker's private FIFO (plain stores, no atomics), which each
- *       sweep detaches and runs first. A ULT is on that queue or has its
- *       bit set or is running, never two of these; a yielded ULT still
- *       runs once per sweep, so R4 holds.
+ *   R5. A ULT made runnable by its own worker's pthread (a yield, a spawn
+ *       or a signal from a ULT of the same worker, a join signalled by the
+ *       scheduler) skips the bit-vector: it goes on the worker's private
+ *       FIFO (plain stores, no atomics), which each sweep detaches and runs
+ *       first. A ULT is on that queue, or has its bit set, or is running,
+ *       never two of these; a queued ULT runs in the next sweep, so R4
+ *       holds. Only signals from other pthreads use the atomic bits.
  *
  * Sleeping (Dekker-style, all four operations seq_cst):
  *   worker: store sleeping=1; load nsum; load summary[0..nsum) ; sleep if 0
@@ -102,7 +104,7 @@ struct mpiv_ult {
     void *ret;
     struct sched_worker *w;
     struct mpiv_ult *next_free; /* free list of w, under w->lock */
-    struct mpiv_ult *next_yield; /* w's private yield queue (R5) */
+    struct mpiv_ult *next_ready; /* w's private ready queue (R5) */
     char *stack_lo;             /* lowest usable byte; guard page below */
     size_t stack_size;          /* usable bytes, up to this record */
     uint32_t id;                /* Γ */
@@ -127,7 +129,7 @@ struct sched_worker {
     atomic_int stop;
     /* the worker's own (R3): */
     _Alignas(UTIL_CACHELINE) struct mpiv_ult *current;
-    struct mpiv_ult *yq_head, *yq_tail; /* yielded ULTs, FIFO (R5) */
+    struct mpiv_ult *rq_head, *rq_tail; /* made runnable locally, FIFO (R5) */
     fcontext_t sched_ctx;
     uint32_t scan_start;
     uint64_t sweeps;
@@ -207,20 +209,24 @@ static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u
 
 /* --- the runnable set ----------------------------------------------------- */
 
-/* Marks Γ runnable on w. `remote`: the caller is not w's own pthread, so w
- * may be asleep. */
-static inline void sched_set_runnable(struct sched_worker *w, uint32_t id, bool remote)
+/* Marks u runnable on its worker w. From w's own pthread (R5): onto the
+ * private FIFO. From any other pthread: the atomic bits, and a wake-up if
+ * w sleeps. */
+static inline void sched_make_runnable(struct sched_worker *w, struct mpiv_ult *u)
 {
-    uint32_t wi = id >> 6;
+    if (sched_tls_worker == w) {
+        u->next_ready = NULL;
+        if (w->rq_tail)
+            w->rq_tail->next_ready = u;
+        else
+            w->rq_head = u;
+        w->rq_tail = u;
+        return;
+    }
+    uint32_t id = u->id, wi = id >> 6;
     /* release: publishes the ULT record and whatever the signaller wrote
      * before, to the scheduler's acquire exchange of this word (R2). */
     atomic_fetch_or_explicit(&w->words[wi], UINT64_C(1) << (id & 63), memory_order_release);
-    if (!remote) {
-        /* w's own pthread: it cannot be asleep; release keeps R2's order. */
-        atomic_fetch_or_explicit(&w->summary[wi >> 6], UINT64_C(1) << (wi & 63),
-                                 memory_order_release);
-        return;
-    }
     /* seq_cst: the Dekker pair with the worker's sleeping store (top). */
     atomic_fetch_or_explicit(&w->summary[wi >> 6], UINT64_C(1) << (wi & 63),
                              memory_order_seq_cst);
@@ -265,8 +271,7 @@ static inline void sched_signal_inline(sched_sync *s)
         return;
     }
     struct mpiv_ult *u = (struct mpiv_ult *)old;
-    struct sched_worker *w = u->w;
-    sched_set_runnable(w, u->id, sched_tls_worker != w);
+    sched_make_runnable(u->w, u);
 }
 
 static inline void sched_wait_pthread(sched_sync *s)
@@ -329,12 +334,7 @@ static inline void sched_yield_inline(void)
         sched_yield();
         return;
     }
-    u->next_yield = NULL; /* R5: private to this pthread */
-    if (w->yq_tail)
-        w->yq_tail->next_yield = u;
-    else
-        w->yq_head = u;
-    w->yq_tail = u;
+    sched_make_runnable(w, u); /* R5: the private FIFO */
     sched_to_scheduler(w, u, NULL);
 }
 
