@@ -25,6 +25,7 @@
 # Usage: bench/pt2pt/run.sh [--quick] [--build DIR] [--out DIR]
 #          [--impl mpiv,mpich,openmpi] [--bench latency,bandwidth,mt_latency,mt_msgrate]
 #          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
+#          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +39,7 @@ pairs=""
 bind=core
 timeout_s=""
 do_build=1
+report_only=0
 
 usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --bind) bind=$2; shift ;;
     --timeout) timeout_s=$2; shift ;;
     --no-build) do_build=0 ;;
+    --report-only) report_only=1; do_build=0 ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown option $1" >&2; usage ;;
     esac
@@ -82,6 +85,11 @@ if [ $do_build = 1 ]; then
     done
 fi
 
+# The MPIv sources measured, recorded before the runs (--report-only keeps it).
+if [ $report_only = 0 ]; then
+    echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')" >"$out/raw/meta.txt"
+fi
+
 # ------------------------------------------------------------------ run ---
 # launch IMPL: prints the launcher command line for 2 ranks.
 launch() {
@@ -105,10 +113,15 @@ for b in "${bench_list[@]}"; do
     for impl in "${impl_list[@]}"; do
         x=$(exe "$impl" "$b")
         raw="$out/raw/$b.$impl.txt"
+        if [ $report_only = 1 ]; then
+            status[$b.$impl]=$(cat "$raw.status" 2>/dev/null || echo "?")
+            continue
+        fi
         if [ ! -x "$x" ] || { [ "$impl" = mpiv ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
             say "== $b / $impl: not built, skipped"
             echo "# not built" >"$raw"
             status[$b.$impl]="not built"
+            echo "not built" >"$raw.status"
             continue
         fi
         cmd="$(launch "$impl") $x ${bargs[*]}"
@@ -125,8 +138,11 @@ for b in "${bench_list[@]}"; do
             status[$b.$impl]=ok
         fi
         echo "# command: $cmd" >>"$raw"
+        echo "${status[$b.$impl]}" >"$raw.status"
     done
 done
+
+[ $report_only = 1 ] || echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out/raw/meta.txt"
 
 # ------------------------------------------------------------ results ---
 # Data lines of the OSU-style output -> .dat (x value [value2]) and CSV.
@@ -192,9 +208,9 @@ table() {
 md="$out/pt2pt.md"
 {
     echo "Command: \`bench/pt2pt/run.sh$([ $quick = 1 ] && echo " --quick") --bind $bind\`  "
-    echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')  "
+    sed -n 's/^Date: \(.*\)/Date: \1 (end of the runs)  /p' "$out/raw/meta.txt"
     echo "Machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(uname -sr)  "
-    echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')  "
+    sed -n 's/^Git: .*/&  /p' "$out/raw/meta.txt"
     echo "MPICH: $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version: *//p' | tr -d '\t'), Open MPI: $(mpirun.openmpi --version 2>/dev/null | head -1 | awk '{print $NF}')"
     echo
     echo "Speedup = how many times better MPIv is (> 1: MPIv wins; for latency MPI's time / MPIv's time)."
@@ -278,7 +294,7 @@ set ylabel "messages/s (rank 0 sends)"
 set title "Multi-threaded message rate, 8 B (higher is better)"
 plot $(plots mt_msgrate 2)
 set ylabel "one-way latency per thread (µs)"
-set format y "%g"
+set format y "10^{%L}"
 set title "Multi-threaded ping-pong latency, 8 B (lower is better)"
 plot $(plots mt_latency 2)
 unset multiplot
