@@ -28,6 +28,7 @@
 #          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
 
+invocation="bench/pt2pt/run.sh${*:+ $*}"
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build="$root/build-bench"
@@ -87,7 +88,10 @@ fi
 
 # The MPIv sources measured, recorded before the runs (--report-only keeps it).
 if [ $report_only = 0 ]; then
-    echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')" >"$out/raw/meta.txt"
+    {
+        echo "Command: $invocation"
+        echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')"
+    } >"$out/raw/meta.txt"
 fi
 
 # ------------------------------------------------------------------ run ---
@@ -207,7 +211,7 @@ table() {
 
 md="$out/pt2pt.md"
 {
-    echo "Command: \`bench/pt2pt/run.sh$([ $quick = 1 ] && echo " --quick") --bind $bind\`  "
+    sed -n 's/^Command: \(.*\)/Command: `\1`  /p' "$out/raw/meta.txt"
     sed -n 's/^Date: \(.*\)/Date: \1 (end of the runs)  /p' "$out/raw/meta.txt"
     echo "Machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(uname -sr)  "
     sed -n 's/^Git: .*/&  /p' "$out/raw/meta.txt"
