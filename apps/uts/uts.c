@@ -12,7 +12,10 @@
  * capped at 100 (except a binomial root), as in the reference definition.
  *
  * Parallel search, per rank:
- *  - searcher tasks take nodes from the rank's pool. A node above the depth
+ *  - searcher tasks take nodes from the rank's pool and end when it is empty
+ *    (the manager starts them again when work comes back: an idle rank
+ *    leaves its worker to the communication server instead of spinning). A
+ *    node above the depth
  *    cutoff is expanded by one ULT that spawns one ULT per child and joins
  *    them; below it, a node's subtree is searched depth first with an
  *    explicit stack, which hands its oldest nodes back to the pool when the
@@ -152,12 +155,14 @@ struct counts {
 struct uts {
     struct tree t;
     int cutoff, chunk, nsearch, me, P;
-    par_mutex_t lock; /* guards pool, npool, cap, idle */
+    par_mutex_t lock; /* guards pool, npool, cap, slot[].running */
     struct node *pool;
     int64_t npool, cap;
-    int idle;           /* searchers that found the pool empty */
+    struct slot {
+        par_task_t *task; /* a searcher started by the manager, not yet joined */
+        int running;      /* it has not yet found the pool empty */
+    } *slot;              /* nsearch of them */
     int64_t npool_hint; /* npool, read without the lock to decide on releasing work */
-    int done;           /* set once termination is known */
     int color;          /* WHITE / BLACK, exchanged atomically */
     struct counts total;
     int64_t steals, failed_steals, given;
@@ -193,11 +198,14 @@ static void pool_push(struct uts *u, const struct node *n, int64_t k)
 }
 
 /* Takes up to `max` of the oldest nodes of the pool (the ones nearest the
- * root, likely the largest subtrees) for a thief. */
+ * root, likely the largest subtrees) for a thief: half of them, rounded
+ * down, so that a rank never gives its last node away. Otherwise a node
+ * just stolen could be stolen back before this rank starts on it, and two
+ * idle ranks could pass it to and fro. */
 static int64_t pool_take_bottom(struct uts *u, struct node *out, int64_t max)
 {
     par_mutex_lock(&u->lock);
-    int64_t k = (u->npool + 1) / 2;
+    int64_t k = u->npool / 2;
     if (k > max)
         k = max;
     /* Turn black before the lock is released: the manager decides that the
@@ -216,7 +224,9 @@ static int64_t pool_take_bottom(struct uts *u, struct node *out, int64_t max)
 static int rank_idle(struct uts *u)
 {
     par_mutex_lock(&u->lock);
-    int idle = u->npool == 0 && u->idle == u->nsearch;
+    int idle = u->npool == 0;
+    for (int i = 0; i < u->nsearch && idle; i++)
+        idle = !u->slot[i].running;
     par_mutex_unlock(&u->lock);
     return idle;
 }
@@ -315,35 +325,63 @@ static void expand(struct uts *u, const struct node *n, struct counts *c)
     free(t);
 }
 
+struct searcher_arg {
+    struct uts *u;
+    int slot;
+};
+
 static void *searcher(void *arg)
 {
-    struct uts *u = arg;
+    struct searcher_arg *a = arg;
+    struct uts *u = a->u;
     struct counts c = {0, 0, 0};
-    int idle = 0;
-    while (!__atomic_load_n(&u->done, __ATOMIC_ACQUIRE)) {
+    for (;;) {
         struct node n;
-        int got = 0;
         par_mutex_lock(&u->lock);
-        if (u->npool > 0) {
-            n = u->pool[--u->npool];
-            __atomic_store_n(&u->npool_hint, u->npool, __ATOMIC_RELAXED);
-            got = 1;
-            if (idle) {
-                u->idle--;
-                idle = 0;
-            }
-        } else if (!idle) {
-            u->idle++;
-            idle = 1;
+        if (u->npool == 0) {
+            /* Under the lock, so that rank_idle() never sees an empty pool
+             * and no running searcher while this one still holds work. */
+            u->slot[a->slot].running = 0;
+            par_mutex_unlock(&u->lock);
+            break;
         }
+        n = u->pool[--u->npool];
+        __atomic_store_n(&u->npool_hint, u->npool, __ATOMIC_RELAXED);
         par_mutex_unlock(&u->lock);
-        if (got)
-            expand(u, &n, &c);
-        else
-            par_yield();
+        expand(u, &n, &c);
     }
     count_add(u, &c);
     return NULL;
+}
+
+/* Joins the searchers that are done and starts new ones while the pool has
+ * work. Only the manager calls it. */
+static void searchers_update(struct uts *u, struct searcher_arg *args)
+{
+    for (int i = 0; i < u->nsearch; i++) {
+        par_mutex_lock(&u->lock);
+        int done = u->slot[i].task && !u->slot[i].running;
+        int start = !u->slot[i].task && u->npool > 0;
+        if (start)
+            u->slot[i].running = 1;
+        par_mutex_unlock(&u->lock);
+        if (done) {
+            par_join(u->slot[i].task);
+            u->slot[i].task = NULL;
+        } else if (start) {
+            args[i] = (struct searcher_arg){u, i};
+            u->slot[i].task = par_spawn(searcher, &args[i], i);
+        }
+    }
+}
+
+static void searchers_join(struct uts *u)
+{
+    for (int i = 0; i < u->nsearch; i++)
+        if (u->slot[i].task) {
+            par_join(u->slot[i].task);
+            u->slot[i].task = NULL;
+        }
 }
 
 struct server_arg {
@@ -371,7 +409,7 @@ static void *steal_server(void *arg)
     return NULL;
 }
 
-static void steal_once(struct uts *u, int victim, struct node *buf)
+static void steal_once(struct uts *u, int victim, struct node *buf, struct searcher_arg *sargs)
 {
     int64_t req = REQ_STEAL;
     par_send(&req, sizeof req, victim, TAG_REQ);
@@ -379,6 +417,7 @@ static void steal_once(struct uts *u, int victim, struct node *buf)
     int64_t k = (int64_t)(got / sizeof *buf);
     if (k > 0) {
         pool_push(u, buf, k);
+        searchers_update(u, sargs);
         u->steals++;
     } else {
         u->failed_steals++;
@@ -389,10 +428,18 @@ static void steal_once(struct uts *u, int victim, struct node *buf)
 static void manager(struct uts *u)
 {
     int P = u->P, me = u->me, left = (me + P - 1) % P, right = (me + 1) % P;
+    struct searcher_arg *sargs = calloc((size_t)u->nsearch, sizeof *sargs);
+    if (!sargs)
+        par_die("uts: out of memory");
     if (P == 1) {
-        while (!rank_idle(u))
+        for (;;) {
+            searchers_update(u, sargs);
+            if (rank_idle(u))
+                break;
             par_yield();
-        __atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
+        }
+        searchers_join(u);
+        free(sargs);
         return;
     }
     struct node *buf = malloc((size_t)u->chunk * sizeof *buf);
@@ -411,6 +458,7 @@ static void manager(struct uts *u)
             }
             have_token = 1;
         }
+        searchers_update(u, sargs);
         if (ending || !rank_idle(u)) {
             par_yield();
             continue;
@@ -439,14 +487,15 @@ static void manager(struct uts *u)
             par_send(out, sizeof out, right, TAG_TOKEN);
             par_irecv(tok, sizeof tok, left, TAG_TOKEN, &treq);
         }
-        steal_once(u, victim, buf);
+        steal_once(u, victim, buf, sargs);
         do
             victim = (victim + 1) % P;
         while (victim == me);
     }
     if (me == 0 && treq)
         par_die("uts: token receive still pending at the end");
-    __atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
+    searchers_join(u);
+    free(sargs);
     /* My steal requests are over: let the peers' servers for me finish. */
     for (int p = 0; p < P; p++) {
         int64_t quit = REQ_QUIT;
@@ -585,8 +634,9 @@ static int uts_main(void *arg)
     }
     int nserv = u->P - 1;
     struct server_arg *sa = malloc(((size_t)nserv + 1) * sizeof *sa);
-    par_task_t **tasks = malloc(((size_t)nserv + (size_t)u->nsearch + 1) * sizeof *tasks);
-    if (!sa || !tasks)
+    par_task_t **tasks = malloc(((size_t)nserv + 1) * sizeof *tasks);
+    u->slot = calloc((size_t)u->nsearch, sizeof *u->slot);
+    if (!sa || !tasks || !u->slot)
         par_die("uts: out of memory");
 
     par_barrier();
@@ -598,8 +648,6 @@ static int uts_main(void *arg)
             tasks[nt++] = par_spawn(steal_server, &sa[k], k);
             k++;
         }
-    for (int s = 0; s < u->nsearch; s++)
-        tasks[nt++] = par_spawn(searcher, u, s);
     manager(u);
     for (int i = 0; i < nt; i++)
         par_join(tasks[i]);
@@ -651,6 +699,7 @@ static int uts_main(void *arg)
     par_allreduce_i64(&okv, &okall, 1, PAR_MIN);
     par_mutex_destroy(&u->lock);
     free(u->pool);
+    free(u->slot);
     free(u);
     free(sa);
     free(tasks);
