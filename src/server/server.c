@@ -55,6 +55,12 @@ static struct srv_state {
     util_spinlock progress_lock;
     int posted_recvs;   /* receives posted (under progress_lock)     */
     int recv_depth;
+    /* Receive reserve (under progress_lock): packets kept aside while the
+     * pool has plenty, used only when it is dry. Senders that fill every
+     * packet into queued sends would otherwise leave no packet to receive
+     * into, and two ranks doing that to each other stall. */
+    pkt_t *stash;
+    int stash_len, stash_target;
     bool warned_no_pkt; /* said once that the pool ran dry            */
 
     util_spinlock q_lock;
@@ -301,6 +307,20 @@ static void refill_recvs(void)
 {
     while (S.posted_recvs < S.recv_depth) {
         pkt_t *p = pkt_get_server(S.pool);
+        if (p && S.stash_len < S.stash_target) {
+            /* plenty: top the reserve up by one on the way */
+            pkt_t *q = pkt_get_server(S.pool);
+            if (q) {
+                q->next = S.stash;
+                S.stash = q;
+                S.stash_len++;
+            }
+        }
+        if (!p && S.stash) {
+            p = S.stash;
+            S.stash = p->next;
+            S.stash_len--;
+        }
         if (!p) {
             if (!S.warned_no_pkt && S.posted_recvs == 0)
                 util_log_warn("server: packet pool empty, no receive posted");
@@ -572,6 +592,11 @@ int srv_start(void)
         return util_err(MPIV_ERR_NO_RESOURCES,
                         "server: could not post any receive packet (pool of %zu packets)",
                         pkt_count(S.pool));
+    /* At most recv_depth, and at most a quarter of what senders keep. */
+    S.stash_target = S.recv_depth;
+    long spare = ((long)pkt_count(S.pool) - S.recv_depth) / 4;
+    if (S.stash_target > spare)
+        S.stash_target = (int)(spare > 0 ? spare : 0);
     int rc = pthread_create(&S.thread, NULL, server_loop, NULL);
     if (rc)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: pthread_create: %s", strerror(rc));
@@ -610,6 +635,12 @@ int srv_finalize(void)
         pthread_join(S.thread, NULL);
         S.thread_started = false;
     }
+    while (S.stash) {
+        pkt_t *p = S.stash;
+        S.stash = p->next;
+        pkt_put_server(S.pool, p);
+    }
+    S.stash_len = 0;
     srv_mr_cache_fini();
     S.ops->finalize(S.be);
     S.be = NULL;
