@@ -40,6 +40,8 @@ int mpiv_init(int *argc, char ***argv)
     if (proto.eager_limit > payload)
         proto.eager_limit = payload;
     atomic_init(&proto.coll_seq, 0);
+    atomic_init(&proto.unexpected, 0);
+    proto.unexpected_max = (long)cfg->packets / 2;
 
     rc = pkt_pool_create(&proto.pool, (size_t)cfg->packets, (size_t)cfg->packet_size,
                          (int)cfg->workers);

@@ -54,6 +54,13 @@
  *  I4 A rendezvous slot maps an immediate to a receive request from the RTR
  *     until the immediate arrives; a generation count in the immediate's top
  *     bits catches a late or duplicated immediate.
+ *  I5 Unexpected messages never hold more than half the pool: past that,
+ *     the server copies an unexpected EAGER message into a heap block shaped
+ *     like a packet (idx == PROTO_HEAP_IDX) and gives the packet back at
+ *     once. Otherwise a rank whose packets all sit in the table as messages
+ *     nobody has asked for yet could neither send (not even the barrier its
+ *     peer waits in) nor keep receives posted, and both ranks would wait
+ *     forever. RTS packets stay in the pool (the RTR is written into them).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +113,39 @@ static pkt_t *proto_pkt_alloc(void)
     }
 }
 
-static void proto_pkt_release_user(pkt_t *p) { pkt_put(proto.pool, sched_worker_id(), p); }
+#define PROTO_HEAP_IDX UINT32_MAX
+
+/* Gives back a matched packet, or frees its heap copy (I5). */
+static void proto_pkt_release(pkt_t *p, bool server)
+{
+    if (p->idx == PROTO_HEAP_IDX) {
+        free(p);
+        return;
+    }
+    /* relaxed: a statistic that only steers copying, never correctness */
+    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    if (server)
+        pkt_put_server(proto.pool, p);
+    else
+        pkt_put(proto.pool, sched_worker_id(), p);
+}
+
+/* The server, about to leave an EAGER packet in the table: past the
+ * watermark, copy it out and return the packet to the pool (I5). */
+static pkt_t *proto_hold_unexpected(pkt_t *p)
+{
+    long held = atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    if (held < proto.unexpected_max || proto_hdr_of(p)->type != PROTO_EAGER)
+        return p;
+    pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + p->len + 63) / 64 * 64);
+    if (!copy)
+        return p; /* keep the packet: slower, not wrong */
+    memcpy(copy, p, sizeof(pkt_t) + p->len);
+    copy->idx = PROTO_HEAP_IDX;
+    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    pkt_put_server(proto.pool, p);
+    return copy;
+}
 
 /* --- rendezvous slots (I4) --------------------------------------------------- */
 
@@ -215,15 +254,13 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
             err = MPIV_ERR_TRUNCATE;
         else if (h->size)
             memcpy(r->buf, h + 1, (size_t)h->size);
-        if (server)
-            pkt_put_server(proto.pool, p);
-        else
-            proto_pkt_release_user(p);
+        proto_pkt_release(p, server);
         proto_complete(r, err);
         return;
     }
 
-    /* RTS */
+    /* RTS: always a pool packet (I5); the RTR reuses it */
+    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
     if (h->size > r->size) {
         proto_send_rtr(p, PROTO_RTR_TRUNCATED, 0, 0, 0);
         proto_complete(r, MPIV_ERR_TRUNCATE);
@@ -257,6 +294,7 @@ void proto_on_eager_or_rts(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     ht_key k = ht_make_key(h->ctx, (uint32_t)h->src, h->tag);
+    p = proto_hold_unexpected(p);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(p, HT_KIND_PKT));
     if (v != HT_EMPTY)
         proto_match(ht_ptr(v), p, true);

@@ -71,6 +71,9 @@ struct proto_state {
     int rank, size;
     size_t eager_limit;      /* payload bytes a packet carries               */
     atomic_uint coll_seq;    /* collective calls so far (same on all ranks)  */
+    atomic_long unexpected;  /* pool packets held in the table as unexpected */
+    long unexpected_max;     /* above it, unexpected eager messages are
+                                copied out of their packet (p2p.c, I5)       */
     int initialized;
 };
 extern struct proto_state proto;

@@ -345,6 +345,35 @@ START_TEST(bad_arguments)
 }
 END_TEST
 
+/* Far more unexpected messages than the pool has packets: one rank sends
+ * 4,096 eager messages before the other posts a single receive, then both
+ * meet in a barrier. Unexpected messages must not keep the packets a rank
+ * needs to send (the barrier) or to receive with. */
+START_TEST(unexpected_flood)
+{
+    if (partner < 0)
+        return;
+    enum { N = 4096 };
+    unsigned char b[100];
+    if ((me % 2) == 0) {
+        for (int i = 0; i < N; i++) {
+            fill(b, sizeof b, (unsigned)i);
+            OK(mpiv_send(b, sizeof b, partner, 40000 + (i % 7)));
+        }
+        OK(mpiv_barrier());
+    } else {
+        OK(mpiv_barrier());
+        for (int i = 0; i < N; i++) {
+            mpiv_status_t st;
+            OK(mpiv_recv(b, sizeof b, partner, 40000 + (i % 7), &st));
+            ck_assert_uint_eq(st.size, sizeof b);
+            check_data(b, sizeof b, (unsigned)i);
+        }
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
 /* Collectives against a serial reference. */
 START_TEST(collectives)
 {
@@ -475,6 +504,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, all_sizes_both_orders);
     tcase_add_loop_test(tc, buffer_size_mismatch, 0, 8);
     tcase_add_test(tc, same_tag_in_order);
+    tcase_add_test(tc, unexpected_flood);
     tcase_add_test(tc, pthread_callers);
     tcase_add_test(tc, ten_thousand_ults_pingpong);
     tcase_add_test(tc, collectives);
@@ -482,6 +512,7 @@ int main(int argc, char **argv)
     TCase *pool = tcase_create("pool");
     tcase_set_timeout(pool, 300);
     tcase_add_test(pool, pool_pressure);
+    tcase_add_test(pool, unexpected_flood);
     suite_add_tcase(s, pool);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
