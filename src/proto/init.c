@@ -68,6 +68,11 @@ int mpiv_init(int *argc, char ***argv)
     rc = srv_start();
     if (rc)
         goto fail_sched;
+    /* An idle worker polls the network before it gives its core up: where
+     * a rank's worker and server share a core (2 ranks on 2 cores), the
+     * waiting side then sees its message at once instead of after the
+     * sleeping server's next timer tick. */
+    sched_set_idle_hook(srv_progress);
     proto.initialized = 1;
     /* every rank is up before anybody sends: a message to a rank whose
      * server has not posted receives yet would be lost on some providers */
@@ -101,6 +106,7 @@ int mpiv_finalize(void)
     PROTO_CHECK_INIT();
     /* nobody stops its server while a peer may still be sending to it */
     int rc = mpiv_barrier();
+    sched_set_idle_hook(NULL);
     int rc2 = sched_finalize();
     if (rc2 == MPIV_ERR_STATE)
         return rc2; /* ULTs still alive: the user must join them first */

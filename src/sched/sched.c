@@ -260,6 +260,12 @@ static void worker_loop(struct sched_worker *w)
             /* relaxed: finalize wakes us again after setting stop */
             if (atomic_load_explicit(&w->stop, memory_order_relaxed))
                 return;
+            /* relaxed: the hook needs no ordering with our data */
+            sched_idle_hook hook = atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
+            if (hook && hook()) {
+                t0 = util_now_ns(); /* work came: stay responsive */
+                continue;
+            }
             uint64_t dt = (i & 15) ? 0 : util_now_ns() - t0;
             if (dt >= SCHED_IDLE_YIELD_NS)
                 break;
@@ -283,6 +289,11 @@ static void worker_loop(struct sched_worker *w)
         while (atomic_load_explicit(&w->sleeping, memory_order_relaxed) == 1)
             sched_futex(&w->sleeping, FUTEX_WAIT, 1);
     }
+}
+
+void sched_set_idle_hook(sched_idle_hook fn)
+{
+    atomic_store_explicit(&sched_g.idle_hook, fn, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg)

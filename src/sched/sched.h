@@ -51,6 +51,14 @@ void sched_signal(sched_sync *s);
  * sched_yield(). */
 void sched_yield_now(void);
 
+/* An idle worker calls fn() in its spinning phase, before it yields its
+ * core or sleeps; fn returns nonzero if it did work (the worker then keeps
+ * spinning instead of backing off). The layers above use it to let idle
+ * workers drive network progress where cores are scarce; the scheduler
+ * knows nothing of what fn does. NULL removes it. */
+typedef int (*sched_idle_hook)(void);
+void sched_set_idle_hook(sched_idle_hook fn);
+
 /* Cores used by this process's workers, in order (for the server to avoid
  * them); sets *n. Valid after sched_init. */
 const int *sched_worker_cores(int *n);

@@ -167,6 +167,10 @@ struct sched_global {
     atomic_uint rr; /* MPIV_WORKER_ANY from a pthread: round robin */
     atomic_int guard_vmas; /* mprotect guards made (fallback path) */
     int guard_madvise;     /* MADV_GUARD_INSTALL works */
+    /* Called by an idle worker while it spins (sched_set_idle_hook). Set
+     * before the workers start or while they run: an atomic pointer, read
+     * relaxed — a worker that sees it late only spins without it. */
+    _Atomic(sched_idle_hook) idle_hook;
 };
 extern struct sched_global sched_g;
 

@@ -421,14 +421,16 @@ static int progress_round(void)
     return did + n;
 }
 
-void srv_progress(void)
+int srv_progress(void)
 {
     if (!S.inited || !S.thread_started)
-        return;
+        return 0;
+    int did = 0;
     if (util_spin_trylock(&S.progress_lock)) {
-        progress_round();
+        did = progress_round();
         util_spin_unlock(&S.progress_lock);
     }
+    return did;
 }
 
 /* --- the thread --------------------------------------------------------- */

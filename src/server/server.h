@@ -73,7 +73,8 @@ void srv_mr_put(srv_mr *mr);
 
 /* One round of progress from the calling thread: lets a waiting pthread or
  * idle worker push the network along where cores are scarce. Safe to call
- * from any thread; returns at once if another thread is progressing. */
-void srv_progress(void);
+ * from any thread; returns at once if another thread is progressing.
+ * Returns how many operations and completions it handled (0: nothing). */
+int srv_progress(void);
 
 #endif
