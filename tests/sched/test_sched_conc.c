@@ -347,6 +347,49 @@ START_TEST(barrier_rounds)
 }
 END_TEST
 
+/* An idle worker calls the idle hook, and a signal given from inside the
+ * hook wakes the waiting ULT: how the protocol layer lets idle workers
+ * pull messages off the network. Nobody else signals here, so without the
+ * hook the ULT would wait forever (the test's timeout fails it). */
+static sched_sync hook_sync;
+static atomic_int hook_calls;
+static atomic_int hook_armed;
+
+static int signalling_hook(void)
+{
+    atomic_fetch_add(&hook_calls, 1);
+    if (atomic_load(&hook_armed) && atomic_load(&hook_calls) > 100 &&
+        atomic_exchange(&hook_armed, 0)) {
+        sched_signal(&hook_sync);
+        return 1;
+    }
+    return 0;
+}
+
+static void *wait_for_hook(void *arg)
+{
+    (void)arg;
+    atomic_store(&hook_calls, 0);
+    atomic_store(&hook_armed, 1);
+    sched_wait(&hook_sync);
+    return (void *)(intptr_t)atomic_load(&hook_calls);
+}
+
+START_TEST(idle_hook_drives_wakeups)
+{
+    sched_test_start(1, 1024, NULL);
+    sched_sync_init(&hook_sync);
+    sched_set_idle_hook(signalling_hook);
+    mpiv_ult_t u;
+    ck_assert_int_eq(mpiv_ult_spawn(wait_for_hook, NULL, 0, &u), MPIV_SUCCESS);
+    void *calls = NULL;
+    ck_assert_int_eq(mpiv_ult_join(u, &calls), MPIV_SUCCESS);
+    ck_assert_int_gt((intptr_t)calls, 100);
+    sched_set_idle_hook(NULL);
+    sched_test_stop();
+}
+END_TEST
+
 static Suite *conc_suite(void)
 {
     Suite *s = suite_create("sched_concurrency");
@@ -359,6 +402,7 @@ static Suite *conc_suite(void)
     tcase_add_test(tc, counter_latch);
     tcase_add_test(tc, mutex_exclusion);
     tcase_add_test(tc, barrier_rounds);
+    tcase_add_test(tc, idle_hook_drives_wakeups);
     suite_add_tcase(s, tc);
     return s;
 }
