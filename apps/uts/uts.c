@@ -213,9 +213,11 @@ static int64_t pool_take_bottom(struct uts *u, struct node *out, int64_t max)
      * either sees this work in the pool or sees black. */
     if (k > 0)
         __atomic_store_n(&u->color, BLACK, __ATOMIC_SEQ_CST);
-    memcpy(out, u->pool, (size_t)k * sizeof *out);
-    memmove(u->pool, u->pool + k, (size_t)(u->npool - k) * sizeof *out);
-    u->npool -= k;
+    if (k > 0) {
+        memcpy(out, u->pool, (size_t)k * sizeof *out);
+        memmove(u->pool, u->pool + k, (size_t)(u->npool - k) * sizeof *out);
+        u->npool -= k;
+    }
     __atomic_store_n(&u->npool_hint, u->npool, __ATOMIC_RELAXED);
     par_mutex_unlock(&u->lock);
     return k;
