@@ -126,6 +126,8 @@ static int ofi_pick_provider(const struct util_config *cfg, char *prov, size_t n
     return MPIV_SUCCESS;
 }
 
+static void ofi_finalize(struct srv_backend *be);
+
 static int ofi_init(const struct util_config *cfg, int rank, int size, struct srv_backend **out)
 {
     struct srv_backend *be = calloc(1, sizeof *be);
@@ -225,18 +227,7 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     *out = be;
     return MPIV_SUCCESS;
 fail:
-    if (be->ep)
-        fi_close(&be->ep->fid);
-    if (be->cq)
-        fi_close(&be->cq->fid);
-    if (be->av)
-        fi_close(&be->av->fid);
-    if (be->domain)
-        fi_close(&be->domain->fid);
-    if (be->fabric)
-        fi_close(&be->fabric->fid);
-    fi_freeinfo(be->info);
-    free(be);
+    ofi_finalize(be); /* closes whatever was opened (be is zeroed) */
     return rc;
 }
 
