@@ -358,8 +358,10 @@ static atomic_int hook_armed;
 static int signalling_hook(void)
 {
     atomic_fetch_add(&hook_calls, 1);
-    if (atomic_load(&hook_armed) && atomic_load(&hook_calls) > 100 &&
-        atomic_exchange(&hook_armed, 0)) {
+    /* The first call once armed: an idle worker calls the hook in the first
+     * iteration of its spin (later ones may be cut short by the clock when
+     * the worker is descheduled, and then it sleeps until a signal). */
+    if (atomic_load(&hook_armed) && atomic_exchange(&hook_armed, 0)) {
         sched_signal(&hook_sync);
         return 1;
     }
@@ -384,7 +386,7 @@ START_TEST(idle_hook_drives_wakeups)
     ck_assert_int_eq(mpiv_ult_spawn(wait_for_hook, NULL, 0, &u), MPIV_SUCCESS);
     void *calls = NULL;
     ck_assert_int_eq(mpiv_ult_join(u, &calls), MPIV_SUCCESS);
-    ck_assert_int_gt((intptr_t)calls, 100);
+    ck_assert_int_gt((intptr_t)calls, 0);
     sched_set_idle_hook(NULL);
     sched_test_stop();
 }
