@@ -306,7 +306,9 @@ static int run_allgather(const void *mine, size_t len, void *all)
     if (status != BOOT_ST_OK) {
         char why[512];
         size_t keep = rlen < sizeof why - 1 ? rlen : sizeof why - 1;
-        if (recv_all(why, keep, deadline, "reading why the exchange failed"))
+        /* a deadline of its own: the failure often comes just as ours
+         * expires, and its reason is what the user needs to read */
+        if (recv_all(why, keep, deadline_after(1), "reading why the exchange failed"))
             keep = 0;
         why[keep] = '\0';
         close_conn();
