@@ -63,7 +63,7 @@ enum mpiv_error {
 const char *mpiv_strerror(int err);
 
 /* What exactly went wrong in the calling thread's most recent failed MPIv
- * call (e.g. "MPIV_WORKERS=abc: expected an integer from 1 to 4096"), or ""
+ * call (e.g. "MPIV_WORKERS=abc: expected an integer from 0 to 4096"), or ""
  * if there is nothing more to say. The string stays valid until the next
  * MPIv call in the same thread. */
 const char *mpiv_error_detail(void);

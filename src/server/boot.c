@@ -50,15 +50,9 @@ static int env_set(const char *name)
 
 int boot_timeout_s(void)
 {
-    const char *s = getenv("MPIV_BOOT_TIMEOUT");
-    if (!s || !*s)
-        return 60;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end != '\0' || v < 1 || v > 86400) {
-        util_err(MPIV_ERR_CONFIG, "MPIV_BOOT_TIMEOUT=%s: expected an integer from 1 to 86400", s);
+    int64_t v;
+    if (util_config_int("MPIV_BOOT_TIMEOUT", &v) != MPIV_SUCCESS)
         return -1;
-    }
     return (int)v;
 }
 

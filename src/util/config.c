@@ -181,13 +181,39 @@ static void find_local_ranks(struct util_config *c)
         c->local_rank = 0;
 }
 
+/* The value of numeric variable v from the environment (its default when
+ * unset or empty), or MPIV_ERR_CONFIG naming it. */
+static int numeric_var(const struct cfg_var *v, int64_t *out)
+{
+    const char *s = getenv(v->name);
+    *out = v->dflt;
+    if (!s || !*s)
+        return MPIV_SUCCESS;
+    int64_t val;
+    int rc = v->kind == CFG_INT    ? parse_int(s, &val)
+             : v->kind == CFG_SIZE ? util_parse_size(s, &val)
+                                   : parse_words(s, v->words, &val);
+    if (rc != 0 || val < v->min || val > v->max)
+        return bad_var(v, s);
+    *out = val;
+    return MPIV_SUCCESS;
+}
+
+int util_config_int(const char *name, int64_t *out)
+{
+    for (size_t i = 0; i < NVARS; i++)
+        if (cfg_vars[i].kind != CFG_STRING && strcmp(cfg_vars[i].name, name) == 0)
+            return numeric_var(&cfg_vars[i], out);
+    return util_err(MPIV_ERR_INTERNAL, "%s is not a numeric MPIv variable", name);
+}
+
 int util_config_load(struct util_config *c)
 {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NVARS; i++) {
         const struct cfg_var *v = &cfg_vars[i];
-        const char *s = getenv(v->name);
         if (v->kind == CFG_STRING) {
+            const char *s = getenv(v->name);
             char *dst = (char *)c + v->offset;
             if (s) {
                 if (strlen(s) >= 64)
@@ -196,17 +222,9 @@ int util_config_load(struct util_config *c)
             }
             continue;
         }
-        int64_t *dst = (int64_t *)((char *)c + v->offset);
-        *dst = v->dflt;
-        if (!s || !*s)
-            continue;
-        int64_t val;
-        int rc = v->kind == CFG_INT    ? parse_int(s, &val)
-                 : v->kind == CFG_SIZE ? util_parse_size(s, &val)
-                                       : parse_words(s, v->words, &val);
-        if (rc != 0 || val < v->min || val > v->max)
-            return bad_var(v, s);
-        *dst = val;
+        int rc = numeric_var(v, (int64_t *)((char *)c + v->offset));
+        if (rc != MPIV_SUCCESS)
+            return rc;
     }
 
     /* rules that tie variables together */

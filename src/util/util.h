@@ -100,6 +100,11 @@ struct util_config {
  * with a detail naming the variable and what it accepts. Idempotent. */
 int util_config_load(struct util_config *cfg);
 
+/* One numeric variable of the table (e.g. "MPIV_BOOT_TIMEOUT"), parsed and
+ * checked exactly as util_config_load does, for code that runs before or
+ * without a loaded configuration (the bootstrap). */
+int util_config_int(const char *name, int64_t *out);
+
 /* Prints every variable with its accepted values and default (for --help). */
 void util_config_help(void *file /* FILE* */);
 

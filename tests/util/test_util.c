@@ -152,6 +152,32 @@ START_TEST(sizes_parse)
 }
 END_TEST
 
+/* One variable read on its own (the bootstrap's way) is checked exactly as
+ * the whole table is: same default, same range, same message. */
+START_TEST(one_variable_parses_like_the_table)
+{
+    clean_env();
+    int64_t v = 0;
+    ck_assert_int_eq(util_config_int("MPIV_BOOT_TIMEOUT", &v), MPIV_SUCCESS);
+    ck_assert_int_eq(v, 60);
+    setenv("MPIV_BOOT_TIMEOUT", "7", 1);
+    ck_assert_int_eq(util_config_int("MPIV_BOOT_TIMEOUT", &v), MPIV_SUCCESS);
+    ck_assert_int_eq(v, 7);
+    setenv("MPIV_BOOT_TIMEOUT", "0", 1);
+    ck_assert_int_eq(util_config_int("MPIV_BOOT_TIMEOUT", &v), MPIV_ERR_CONFIG);
+    ck_assert_str_eq(mpiv_error_detail(), "MPIV_BOOT_TIMEOUT=0: expected an integer from 1 to 86400");
+    setenv("MPIV_BOOT_TIMEOUT", "12x", 1);
+    ck_assert_int_eq(util_config_int("MPIV_BOOT_TIMEOUT", &v), MPIV_ERR_CONFIG);
+    setenv("MPIV_STACK_SIZE", "1M", 1);
+    ck_assert_int_eq(util_config_int("MPIV_STACK_SIZE", &v), MPIV_SUCCESS);
+    ck_assert_int_eq(v, 1 << 20);
+    /* strings and unknown names are not numeric variables */
+    ck_assert_int_eq(util_config_int("MPIV_OFI_PROVIDER", &v), MPIV_ERR_INTERNAL);
+    ck_assert_int_eq(util_config_int("MPIV_NO_SUCH_THING", &v), MPIV_ERR_INTERNAL);
+    clean_env();
+}
+END_TEST
+
 START_TEST(wtime_is_monotonic)
 {
     double a = mpiv_wtime(), b = mpiv_wtime();
@@ -172,6 +198,7 @@ int main(void)
     tcase_add_test(tc, good_values_are_taken);
     tcase_add_test(tc, local_ranks_shrink_default_workers);
     tcase_add_test(tc, sizes_parse);
+    tcase_add_test(tc, one_variable_parses_like_the_table);
     tcase_add_test(tc, wtime_is_monotonic);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
