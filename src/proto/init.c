@@ -41,7 +41,9 @@ int mpiv_init(int *argc, char ***argv)
         proto.eager_limit = payload;
     atomic_init(&proto.coll_seq, 0);
     atomic_init(&proto.unexpected, 0);
-    proto.unexpected_max = (long)cfg->packets / 2;
+    /* p2p.c, I5: half of what the posted receives leave, so senders always
+     * keep the other half (recv_depth < packets, checked by the config) */
+    proto.unexpected_max = (long)(cfg->packets - cfg->recv_depth) / 2;
 
     rc = pkt_pool_create(&proto.pool, (size_t)cfg->packets, (size_t)cfg->packet_size,
                          (int)cfg->workers);

@@ -54,13 +54,17 @@
  *  I4 A rendezvous slot maps an immediate to a receive request from the RTR
  *     until the immediate arrives; a generation count in the immediate's top
  *     bits catches a late or duplicated immediate.
- *  I5 Unexpected messages never hold more than half the pool: past that,
- *     the server copies an unexpected EAGER message into a heap block shaped
- *     like a packet (idx == PROTO_HEAP_IDX) and gives the packet back at
- *     once. Otherwise a rank whose packets all sit in the table as messages
- *     nobody has asked for yet could neither send (not even the barrier its
- *     peer waits in) nor keep receives posted, and both ranks would wait
- *     forever. RTS packets stay in the pool (the RTR is written into them).
+ *  I5 Unexpected messages (EAGER and RTS) never hold more than half of the
+ *     packets the posted receives leave (proto.unexpected_max): past that,
+ *     the server offers the table a heap block shaped like a packet
+ *     (idx == PROTO_HEAP_IDX) and gives the packet back at once. So a
+ *     sender always finds packets that only sends hold, and sends give
+ *     theirs back without waiting for anything. Otherwise a rank whose
+ *     packets sit in the table (messages nobody has asked for yet) or in
+ *     posted receives could not send, not even the barrier its peer waits
+ *     in, and both ranks would wait forever (it happened with 4 packets, 2
+ *     posted: 2 held + 2 posted = all). A heap RTS is turned back into a
+ *     pool packet for its RTR by the receiving thread that matches it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -130,21 +134,25 @@ static void proto_pkt_release(pkt_t *p, bool server)
         pkt_put(proto.pool, sched_worker_id(), p);
 }
 
-/* The server, about to leave an EAGER packet in the table: past the
- * watermark, copy it out and return the packet to the pool (I5). */
-static pkt_t *proto_hold_unexpected(pkt_t *p)
+/* The server, about to offer an arrived pool packet to the table: past the
+ * watermark, a heap copy shaped like a packet (idx == PROTO_HEAP_IDX) is
+ * offered instead, so that the pool packet can go back at once (I5).
+ * Returns NULL (and counts p as held) below the watermark. */
+static pkt_t *proto_copy_if_crowded(pkt_t *p)
 {
-    long held = atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
-    if (held < proto.unexpected_max || proto_hdr_of(p)->type != PROTO_EAGER)
-        return p;
+    /* relaxed: a statistic that only steers copying, never correctness */
+    long held = atomic_load_explicit(&proto.unexpected, memory_order_relaxed);
+    if (held < proto.unexpected_max)
+        goto keep;
     pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + p->len + 63) / 64 * 64);
     if (!copy)
-        return p; /* keep the packet: slower, not wrong */
+        goto keep; /* keep the packet: slower, not wrong */
     memcpy(copy, p, sizeof(pkt_t) + p->len);
     copy->idx = PROTO_HEAP_IDX;
-    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
-    pkt_put_server(proto.pool, p);
     return copy;
+keep:
+    atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    return NULL;
 }
 
 /* --- rendezvous slots (I4) --------------------------------------------------- */
@@ -259,8 +267,20 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         return;
     }
 
-    /* RTS: always a pool packet (I5); the RTR reuses it */
-    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    /* RTS: the RTR is written into it, so it must be a pool packet. A heap
+     * copy (I5) sat in the table, so the caller is a receiving thread,
+     * which may wait for a packet (the server never waits: it matches with
+     * the arrived packet itself). */
+    if (p->idx == PROTO_HEAP_IDX) {
+        pkt_t *q = proto_pkt_alloc();
+        memcpy(q->data, p->data, p->len);
+        q->len = p->len;
+        free(p);
+        p = q;
+        h = proto_hdr_of(p);
+    } else {
+        atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    }
     if (h->size > r->size) {
         proto_send_rtr(p, PROTO_RTR_TRUNCATED, 0, 0, 0);
         proto_complete(r, MPIV_ERR_TRUNCATE);
@@ -294,8 +314,18 @@ void proto_on_eager_or_rts(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     ht_key k = ht_make_key(h->ctx, (uint32_t)h->src, h->tag);
-    p = proto_hold_unexpected(p);
-    ht_value v = ht_match_or_insert(proto.ht, k, ht_val(p, HT_KIND_PKT));
+    pkt_t *copy = proto_copy_if_crowded(p);
+    ht_value v = ht_match_or_insert(proto.ht, k, ht_val(copy ? copy : p, HT_KIND_PKT));
+    if (copy) {
+        if (v == HT_EMPTY) {
+            /* the table owns the copy until a receive takes it */
+            pkt_put_server(proto.pool, p);
+            return;
+        }
+        /* a receive was waiting: the copy was never shared */
+        free(copy);
+        atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    }
     if (v != HT_EMPTY)
         proto_match(ht_ptr(v), p, true);
     /* else the table owns p until a receive takes it (I2) */

@@ -374,6 +374,40 @@ START_TEST(unexpected_flood)
 }
 END_TEST
 
+/* The same with rendezvous messages: 256 non-blocking sends above the eager
+ * limit reach the other rank (as RTS packets) before it posts any receive.
+ * Held RTS packets must not starve the barrier either; each receive then
+ * turns its RTS back into an RTR and the data arrives intact. */
+START_TEST(unexpected_rendezvous_flood)
+{
+    if (partner < 0)
+        return;
+    enum { N = 256 };
+    size_t size = eager + 100;
+    unsigned char *b = malloc((size_t)N * size);
+    mpiv_request_t *req = malloc(N * sizeof *req);
+    if ((me % 2) == 0) {
+        for (int i = 0; i < N; i++) {
+            fill(b + (size_t)i * size, size, (unsigned)(7 * i + 1));
+            OK(mpiv_isend(b + (size_t)i * size, size, partner, 41000 + (i % 5), &req[i]));
+        }
+        OK(mpiv_barrier());
+        OK(mpiv_waitall(N, req, NULL));
+    } else {
+        OK(mpiv_barrier());
+        memset(b, 0, (size_t)N * size);
+        for (int i = 0; i < N; i++)
+            OK(mpiv_irecv(b + (size_t)i * size, size, partner, 41000 + (i % 5), &req[i]));
+        OK(mpiv_waitall(N, req, NULL));
+        for (int i = 0; i < N; i++)
+            check_data(b + (size_t)i * size, size, (unsigned)(7 * i + 1));
+    }
+    OK(mpiv_barrier());
+    free(req);
+    free(b);
+}
+END_TEST
+
 /* Collectives against a serial reference. */
 START_TEST(collectives)
 {
@@ -513,6 +547,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(pool, 300);
     tcase_add_test(pool, pool_pressure);
     tcase_add_test(pool, unexpected_flood);
+    tcase_add_test(pool, unexpected_rendezvous_flood);
     suite_add_tcase(s, pool);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
