@@ -73,7 +73,11 @@ static struct srv_state {
     atomic_uchar *peer_dead;
 
     pthread_t thread;
-    bool thread_started;
+    /* Set once the thread runs, cleared once it has stopped. Workers read
+     * it in srv_progress (their idle hook, published with a relaxed store):
+     * release/acquire so that a worker that sees it set also sees
+     * everything srv_start wrote before. */
+    atomic_bool thread_started;
     atomic_int stop;
     bool inited;
 
@@ -423,7 +427,7 @@ static int progress_round(void)
 
 int srv_progress(void)
 {
-    if (!S.inited || !S.thread_started)
+    if (!S.inited || !atomic_load_explicit(&S.thread_started, memory_order_acquire))
         return 0;
     int did = 0;
     if (util_spin_trylock(&S.progress_lock)) {
@@ -585,7 +589,7 @@ fail_boot:
 
 int srv_start(void)
 {
-    if (!S.inited || S.thread_started)
+    if (!S.inited || atomic_load_explicit(&S.thread_started, memory_order_relaxed))
         return util_err(MPIV_ERR_STATE, "server: srv_start before srv_init or twice");
     util_spin_lock(&S.progress_lock);
     refill_recvs();
@@ -602,7 +606,7 @@ int srv_start(void)
     int rc = pthread_create(&S.thread, NULL, server_loop, NULL);
     if (rc)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: pthread_create: %s", strerror(rc));
-    S.thread_started = true;
+    atomic_store_explicit(&S.thread_started, true, memory_order_release);
     return MPIV_SUCCESS;
 }
 
@@ -616,7 +620,8 @@ int srv_finalize(void)
     /* Let our sends and writes finish (the thread, or we, progress them). */
     uint64_t deadline = util_now_ns() + 10ull * 1000000000u;
     while (atomic_load_explicit(&S.outstanding, memory_order_relaxed) > 0) {
-        if (!S.thread_started && util_spin_trylock(&S.progress_lock)) {
+        if (!atomic_load_explicit(&S.thread_started, memory_order_relaxed) &&
+            util_spin_trylock(&S.progress_lock)) {
             progress_round();
             util_spin_unlock(&S.progress_lock);
         }
@@ -632,10 +637,11 @@ int srv_finalize(void)
     int brc = srv_boot_barrier();
     if (brc && !rc)
         rc = brc;
-    if (S.thread_started) {
+    if (atomic_load_explicit(&S.thread_started, memory_order_relaxed)) {
         atomic_store_explicit(&S.stop, 1, memory_order_release);
         pthread_join(S.thread, NULL);
-        S.thread_started = false;
+        /* relaxed: nothing is published by the clearing */
+        atomic_store_explicit(&S.thread_started, false, memory_order_relaxed);
     }
     while (S.stash) {
         pkt_t *p = S.stash;
