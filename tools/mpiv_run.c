@@ -327,7 +327,9 @@ struct rank {
     int local_rank, local_size;
     int alive;
     int status; /* wait status once reaped */
-    int said_bye;
+    int joined;   /* it presented the secret: it is part of the job       */
+    int said_bye; /* it left the job through mpiv_finalize (BYE)          */
+    int released; /* we told it the exchange failed: it may exit anyhow   */
     struct stream out, err;
 };
 
@@ -607,6 +609,7 @@ static void kvs_break(const char *fmt, ...)
         next = c->next;
         if (c->state == CL_JOINED && c->pending) {
             send_failure(c, kvs_why);
+            ranks[c->rank].released = 1;
             client_drop(c);
         }
     }
@@ -713,6 +716,7 @@ static int client_parse(struct client *c)
             c->state = CL_JOINED;
             c->rank = (int)rank;
             client_of_rank[rank] = c;
+            ranks[rank].joined = 1;
             memmove(c->in, c->in + fixed + slen, c->in_used - fixed - slen);
             c->in_used -= fixed + slen;
             uint32_t ack = htonl(BOOT_ST_OK);
@@ -1143,25 +1147,35 @@ static void rank_exited(int r, int st)
     if (client_of_rank[r])
         client_read(client_of_rank[r]);
     int bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    if (!ranks[r].said_bye) {
-        if (client_of_rank[r]) {
+    /* Joined the job (its connection is still open) but never left it with
+     * mpiv_finalize's BYE: its peers may be waiting for messages that will
+     * never come, so even a status of 0 ends the job (as Open MPI's mpirun
+     * does for a process that exits without finalizing). */
+    int unfinished = ranks[r].joined && !ranks[r].said_bye && !ranks[r].released;
+    if (unfinished) {
+        /* its connection may be gone already: EOF is often read first */
+        if (client_of_rank[r])
             client_drop(client_of_rank[r]);
-            kvs_break("rank %d exited before the job finished starting", r);
-        } else if (bad || clients) {
-            kvs_break("rank %d exited before joining the exchange", r);
-        }
+        kvs_break("rank %d exited without calling mpiv_finalize", r);
+    } else if (!ranks[r].said_bye && (bad || clients)) {
+        kvs_break("rank %d exited before joining the exchange", r);
     }
-    if (!bad || terminating)
+    if ((!bad && !unfinished) || terminating)
         return;
     fflush(stdout);
     if (WIFSIGNALED(st))
         fprintf(stderr, "%s: rank %d (pid %d) killed by signal %d (%s); terminating the job\n",
                 prog_name, r, (int)ranks[r].pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
-    else
+    else if (bad)
         fprintf(stderr, "%s: rank %d (pid %d) exited with status %d; terminating the job\n",
                 prog_name, r, (int)ranks[r].pid, WEXITSTATUS(st));
+    else
+        fprintf(stderr,
+                "%s: rank %d (pid %d) exited with status 0 without calling mpiv_finalize; "
+                "terminating the job\n",
+                prog_name, r, (int)ranks[r].pid);
     if (!exit_code)
-        exit_code = status_code(st);
+        exit_code = bad ? status_code(st) : 1;
     terminate_job(SIGTERM);
 }
 

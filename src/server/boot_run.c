@@ -286,6 +286,19 @@ static int run_init(int *rank, int *size)
     return MPIV_SUCCESS;
 }
 
+/* Leaves the job: BYE, then close. Only between requests (a BYE inside a
+ * half-sent request would be read as its data). */
+static void leave_conn(void)
+{
+    if (run_fd < 0)
+        return;
+    uint32_t bye[2] = {htonl(BOOT_OP_BYE), 0};
+    /* Best effort: a failed BYE only makes mpiv_run think we left early
+     * (and end the job), and we are leaving anyway. */
+    send_all(bye, sizeof bye, deadline_after(1), "leaving the job");
+    close_conn();
+}
+
 static int run_allgather(const void *mine, size_t len, void *all)
 {
     if (run_fd < 0)
@@ -300,8 +313,12 @@ static int run_allgather(const void *mine, size_t len, void *all)
         (len && (rc = send_all(mine, len, deadline, "sending to an allgather"))))
         goto fail;
     uint32_t reply[2];
-    if ((rc = recv_all(reply, sizeof reply, deadline, "waiting for the other ranks")))
-        goto fail;
+    if ((rc = recv_all(reply, sizeof reply, deadline, "waiting for the other ranks"))) {
+        /* our request went out whole: say that we give up, so that mpiv_run
+         * fails the others at once and knows we left on purpose */
+        leave_conn();
+        return rc;
+    }
     uint32_t status = ntohl(reply[0]), rlen = ntohl(reply[1]);
     if (status != BOOT_ST_OK) {
         char why[512];
@@ -334,16 +351,7 @@ static int run_barrier(void)
     return run_allgather(NULL, 0, NULL);
 }
 
-static void run_finalize(void)
-{
-    if (run_fd < 0)
-        return;
-    uint32_t bye[2] = {htonl(BOOT_OP_BYE), 0};
-    /* Best effort: a failed BYE only makes mpiv_run think we left early,
-     * and we are leaving anyway. */
-    send_all(bye, sizeof bye, deadline_after(1), "leaving the job");
-    close_conn();
-}
+static void run_finalize(void) { leave_conn(); }
 
 const struct boot_method boot_method_run = {
     "mpiv_run", run_init, run_allgather, run_barrier, run_finalize,
