@@ -23,8 +23,16 @@
  *    for an unsignalled inline send whose packet is already back in the
  *    pool, only the peer (a failure still completes every WR, and we must
  *    not touch a packet we no longer own).
- *  - Errors: a failed completion is logged with ibv_wc_status_str and the
- *    peer's rank, and reported to the core, which marks the peer gone.
+ *  - Errors: every failed completion, signalled or not, is logged with
+ *    ibv_wc_status_str and the peer's rank, and its status is kept as the
+ *    peer's (the first only: after it the QP is in error and everything
+ *    behind it is flushed). A send or write carrying a packet or an op goes
+ *    to the core with MPIV_ERR_NET (or MPIV_ERR_PEER when flushed), and the
+ *    core marks the peer gone. A failed unsignalled send has nothing to
+ *    hand back, so the peer's kept status is what reaches the core: every
+ *    later post to that peer fails at once with MPIV_ERR_PEER, the status
+ *    and the rank in mpiv_error_detail(), and signalled WRs already queued
+ *    behind it come back flushed (MPIV_ERR_PEER: the peer is marked gone).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,11 +55,15 @@
 
 enum { WR_PEER = 0, WR_SEND = 1, WR_RECV = 2, WR_OP = 3 };
 
+/* ibv_util.c classifies completions by these values without verbs.h */
+_Static_assert(IBV_WC_SUCCESS == 0 && IBV_WC_WR_FLUSH_ERR == 5, "enum ibv_wc_status changed");
+
 struct ibv_peer {
     struct ibv_qp *qp;
     util_spinlock lock; /* guards sq and the post */
     struct srv_ibv_sq sq;
     uint32_t psn;
+    atomic_int failed; /* enum ibv_wc_status of the first failure on qp, 0: none */
 };
 
 struct srv_backend {
@@ -268,6 +280,7 @@ static int vb_init(const struct util_config *cfg, int rank, int size, struct srv
         if (qa.cap.max_inline_data < be->max_inline)
             be->max_inline = qa.cap.max_inline_data;
         util_spin_init(&pe->lock);
+        atomic_init(&pe->failed, 0);
         srv_ibv_sq_init(&pe->sq, qa.cap.max_send_wr < sq_depth ? qa.cap.max_send_wr : sq_depth,
                      IBV_SIGNAL_INTERVAL);
         pe->psn = (uint32_t)(rand() ^ (r * 7919) ^ (int)getpid()) & 0xffffff;
@@ -421,6 +434,11 @@ static int post_on(struct srv_backend *be, int peer, struct ibv_send_wr *wr, boo
                    void **batch_slot, const char *what)
 {
     struct ibv_peer *pe = &be->peers[peer];
+    int failed = atomic_load_explicit(&pe->failed, memory_order_acquire);
+    if (util_unlikely(failed))
+        return util_err(MPIV_ERR_PEER, "verbs: %s to rank %d refused: an earlier transfer on "
+                        "its connection failed (%s)", what, peer,
+                        ibv_wc_status_str((enum ibv_wc_status)failed));
     util_spin_lock(&pe->lock);
     uint32_t saved = pe->sq.unsignaled;
     int batch = srv_ibv_sq_reserve(&pe->sq, force);
@@ -503,6 +521,22 @@ static void give_credits(struct srv_backend *be, int peer, void *batch)
     util_spin_unlock(&pe->lock);
 }
 
+/* Logs a failed send-side completion: every real failure, and a flush only
+ * when it is the first news of the peer's connection failing. */
+static void log_send_error(const char *what, int peer, enum ibv_wc_status st, bool first)
+{
+    if (st != IBV_WC_WR_FLUSH_ERR)
+        util_log_error("verbs: %s to rank %d failed: %s%s", what, peer, ibv_wc_status_str(st),
+                       first ? "" : " (its connection had failed already)");
+    else if (first)
+        util_log_error("verbs: %s to rank %d flushed: its connection failed", what, peer);
+}
+
+static atomic_int *peer_failed(struct srv_backend *be, int peer, atomic_int *none)
+{
+    return peer >= 0 && peer < be->size ? &be->peers[peer].failed : none;
+}
+
 static int vb_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
 {
     struct ibv_wc wc[32];
@@ -518,25 +552,27 @@ static int vb_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
         void *ptr = (void *)(uintptr_t)(w->wr_id & ~(uint64_t)3);
         struct srv_cqe *e = &ev[out];
         memset(e, 0, sizeof *e);
-        int err = w->status == IBV_WC_SUCCESS ? MPIV_SUCCESS
-                  : w->status == IBV_WC_WR_FLUSH_ERR ? MPIV_ERR_PEER
-                                                     : MPIV_ERR_NET;
-        e->err = err;
+        atomic_int none = 0;
+        bool first;
         switch (kind) {
-        case WR_PEER:
-            if (err)
-                util_log_error("verbs: send to rank %d failed: %s", (int)(w->wr_id >> 2),
-                               ibv_wc_status_str(w->status));
-            continue; /* its packet went back to the pool at post time */
+        case WR_PEER: {
+            /* An unsignalled inline send: its packet went back to the pool
+             * at post time. Only a failure completes it; the peer's status
+             * makes later posts to it fail (see the header comment). */
+            int peer = (int)(w->wr_id >> 2);
+            if (srv_ibv_wc_error((int)w->status, peer_failed(be, peer, &none), &first))
+                log_send_error("send", peer, w->status, first);
+            continue;
+        }
         case WR_SEND: {
             pkt_t *p = ptr;
             give_credits(be, p->peer, p->srv_ctx[0]);
             e->kind = SRV_CQE_SEND;
             e->p = p;
             e->src = p->peer;
-            if (err)
-                util_log_error("verbs: send to rank %d failed: %s", p->peer,
-                               ibv_wc_status_str(w->status));
+            e->err = srv_ibv_wc_error((int)w->status, peer_failed(be, p->peer, &none), &first);
+            if (e->err)
+                log_send_error("send", p->peer, w->status, first);
             break;
         }
         case WR_OP: {
@@ -545,9 +581,9 @@ static int vb_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
             e->kind = SRV_CQE_WRITE;
             e->op = op;
             e->src = op->peer;
-            if (err)
-                util_log_error("verbs: RDMA write of %zu bytes to rank %d failed: %s", op->len,
-                               op->peer, ibv_wc_status_str(w->status));
+            e->err = srv_ibv_wc_error((int)w->status, peer_failed(be, op->peer, &none), &first);
+            if (e->err)
+                log_send_error("RDMA write", op->peer, w->status, first);
             break;
         }
         case WR_RECV: {
@@ -555,7 +591,9 @@ static int vb_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
             e->p = ptr;
             e->src = src;
             e->len = w->byte_len;
-            if (err) {
+            /* a failed receive breaks the QP it arrived on as well */
+            e->err = srv_ibv_wc_error((int)w->status, peer_failed(be, src, &none), &first);
+            if (e->err) {
                 e->kind = SRV_CQE_RECV;
                 if (w->status != IBV_WC_WR_FLUSH_ERR)
                     util_log_error("verbs: receive from rank %d failed: %s", src,

@@ -4,9 +4,12 @@
  */
 #include <string.h>
 
+#include "mpiv.h"
 #include "server/ibv_util.h"
 
 enum { GID_TYPE_IB = 0, GID_TYPE_ROCE_V1 = 1, GID_TYPE_ROCE_V2 = 2 };
+/* enum ibv_wc_status (ibv.c checks them against verbs.h) */
+enum { WC_SUCCESS = 0, WC_WR_FLUSH_ERR = 5 };
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -153,4 +156,15 @@ void srv_ibv_sq_complete(struct srv_ibv_sq *sq, uint32_t batch)
     sq->free += batch;
     if (sq->free > sq->depth)
         sq->free = sq->depth; /* only after a flush of a broken QP */
+}
+
+int srv_ibv_wc_error(int status, atomic_int *peer_status, bool *first)
+{
+    *first = false;
+    if (status == WC_SUCCESS)
+        return MPIV_SUCCESS;
+    int none = 0;
+    *first = atomic_compare_exchange_strong_explicit(peer_status, &none, status,
+                                                     memory_order_release, memory_order_relaxed);
+    return status == WC_WR_FLUSH_ERR ? MPIV_ERR_PEER : MPIV_ERR_NET;
 }

@@ -7,6 +7,7 @@
 #ifndef MPIV_SERVER_IBV_UTIL_H
 #define MPIV_SERVER_IBV_UTIL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,5 +74,20 @@ int srv_ibv_sq_reserve(struct srv_ibv_sq *sq, bool force);
 void srv_ibv_sq_unreserve(struct srv_ibv_sq *sq, int batch, uint32_t saved_unsignaled);
 /* A signalled WR carrying `batch` completed. */
 void srv_ibv_sq_complete(struct srv_ibv_sq *sq, uint32_t batch);
+
+/*
+ * Failed completions. A work request that fails reports a completion even
+ * when it was posted unsignalled, and its QP enters the error state: every
+ * WR behind it on that QP then completes with IBV_WC_WR_FLUSH_ERR. So each
+ * peer keeps the status of the first failure seen on its QP (0: none), in
+ * `*peer_status` (written by the polling thread, read by posting threads).
+ *
+ * srv_ibv_wc_error classifies one completion's `status` (enum
+ * ibv_wc_status): MPIV_SUCCESS for IBV_WC_SUCCESS, MPIV_ERR_PEER for a
+ * flush (the connection had already failed), MPIV_ERR_NET for any other
+ * failure. A failure is recorded in *peer_status if it is the peer's first,
+ * and then *first is set (the caller logs that one in full).
+ */
+int srv_ibv_wc_error(int status, atomic_int *peer_status, bool *first);
 
 #endif

@@ -1,11 +1,14 @@
 /*
  * test_srv_ibv.c — everything of the verbs backend that needs no device:
  * connection blobs, GID and MTU choice, send-queue credits with selective
- * signalling; and MPIV_NET=ibv / auto on a machine without a device.
+ * signalling, what a failed completion means for its peer; and
+ * MPIV_NET=ibv / auto on a machine without a device.
  */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <infiniband/verbs.h>
 
 #include "pktpool/pktpool.h"
 #include "server/ibv_util.h"
@@ -215,6 +218,45 @@ START_TEST(test_default_core)
 }
 END_TEST
 
+/* What an RC QP reports when a transfer fails: the failing WR completes
+ * with its status (even unsignalled), everything behind it is flushed. The
+ * peer keeps the first status; real failures are MPIV_ERR_NET, flushes
+ * MPIV_ERR_PEER. */
+START_TEST(test_wc_errors)
+{
+    atomic_int peer = 0;
+    bool first = true;
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_SUCCESS, &peer, &first), MPIV_SUCCESS);
+    ck_assert(!first);
+    ck_assert_int_eq(atomic_load(&peer), 0);
+
+    /* an unsignalled send runs out of retries: the first failure */
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_RETRY_EXC_ERR, &peer, &first), MPIV_ERR_NET);
+    ck_assert(first);
+    ck_assert_int_eq(atomic_load(&peer), IBV_WC_RETRY_EXC_ERR);
+    /* the signalled send behind it is flushed: the cause stays */
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_WR_FLUSH_ERR, &peer, &first), MPIV_ERR_PEER);
+    ck_assert(!first);
+    ck_assert_int_eq(atomic_load(&peer), IBV_WC_RETRY_EXC_ERR);
+    /* a second real failure is reported but is not the first */
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_REM_ACCESS_ERR, &peer, &first), MPIV_ERR_NET);
+    ck_assert(!first);
+    ck_assert_int_eq(atomic_load(&peer), IBV_WC_RETRY_EXC_ERR);
+    /* a late success does not revive the peer */
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_SUCCESS, &peer, &first), MPIV_SUCCESS);
+    ck_assert_int_eq(atomic_load(&peer), IBV_WC_RETRY_EXC_ERR);
+
+    /* a QP broken by something else: the first news is a flush */
+    atomic_int other = 0;
+    ck_assert_int_eq(srv_ibv_wc_error(IBV_WC_WR_FLUSH_ERR, &other, &first), MPIV_ERR_PEER);
+    ck_assert(first);
+    ck_assert_int_eq(atomic_load(&other), IBV_WC_WR_FLUSH_ERR);
+
+    /* what the logs and mpiv_error_detail() print (no device needed) */
+    ck_assert_ptr_nonnull(strstr(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR), "retry"));
+}
+END_TEST
+
 /* No device here: MPIV_NET=ibv fails with a clear message, auto uses ofi. */
 START_TEST(test_no_device)
 {
@@ -254,6 +296,7 @@ int main(void)
     tcase_add_test(tc, test_sq_never_wedges);
     tcase_add_test(tc, test_sq_unreserve);
     tcase_add_test(tc, test_default_core);
+    tcase_add_test(tc, test_wc_errors);
     tcase_add_test(tc, test_no_device);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
