@@ -189,6 +189,100 @@ START_TEST(fairness)
 }
 END_TEST
 
+/* The same bound on the bit-vector path: every signal comes from a plain
+ * pthread (the "hammer"), so every wake-up is an atomic bit-set that the
+ * scheduler finds by scanning the summary words, never the worker's private
+ * FIFO. NLOW ULTs with the lowest ids are re-signalled without pause; the
+ * victim sits past NBLOCKED blocked ULTs, in a later summary word, and is
+ * signalled by the hammer when it asks. A sweep that went back to the low
+ * ids before reaching the victim's word would run the low ULTs over and
+ * over and starve it (then the victim never runs and the test times out).
+ * Bound on the low ULTs' count between the victim's signal and its run:
+ * each low ULT is scheduled at most once between the hammer reading the
+ * count and setting the victim's bit (nothing re-signals it meanwhile),
+ * then at most twice (the sweep under way, then the next one, which
+ * reaches the victim); and each time it is scheduled it may count twice (a
+ * signal that lands while it runs makes its next wait return at once).
+ */
+#define NLOW 64
+static sched_sync low_gate[NLOW];
+static atomic_long low_runs;
+static atomic_int low_stop, hammer_stop;
+static long remote_max_gap;
+
+static void *low_ult(void *arg)
+{
+    sched_sync *g = &low_gate[(intptr_t)arg];
+    while (!atomic_load(&low_stop)) {
+        sched_wait(g);
+        atomic_fetch_add(&low_runs, 1);
+    }
+    return NULL;
+}
+
+static void *hammer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&hammer_stop)) {
+        for (int i = 0; i < NLOW; i++)
+            sched_signal(&low_gate[i]);
+        if (atomic_exchange(&want_signal, 0)) {
+            atomic_store(&mark, atomic_load(&low_runs));
+            sched_signal(&victim_gate);
+        }
+    }
+    return NULL;
+}
+
+static void *remote_victim(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 200; i++) {
+        atomic_store(&want_signal, 1);
+        sched_wait(&victim_gate);
+        long gap = atomic_load(&low_runs) - atomic_load(&mark);
+        if (gap > remote_max_gap)
+            remote_max_gap = gap;
+    }
+    return NULL;
+}
+
+START_TEST(fairness_remote_signals)
+{
+    sched_test_start(1, 8192, NULL);
+    atomic_store(&low_stop, 0);
+    atomic_store(&hammer_stop, 0);
+    atomic_store(&want_signal, 0);
+    mpiv_ult_t lo[NLOW], bl[NBLOCKED], v;
+    for (int i = 0; i < NLOW; i++) {
+        sched_sync_init(&low_gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(low_ult, (void *)(intptr_t)i, 0, &lo[i]), 0);
+    }
+    for (int i = 0; i < NBLOCKED; i++) {
+        sched_sync_init(&blocked_gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(blocked, (void *)(intptr_t)i, 0, &bl[i]), 0);
+    }
+    sched_sync_init(&victim_gate);
+    ck_assert_int_eq(mpiv_ult_spawn(remote_victim, NULL, 0, &v), 0);
+    pthread_t h;
+    ck_assert_int_eq(pthread_create(&h, NULL, hammer, NULL), 0);
+    ck_assert_int_eq(mpiv_ult_join(v, NULL), 0);
+    /* the low ULTs end at their next wake-up, which the hammer still gives */
+    atomic_store(&low_stop, 1);
+    for (int i = 0; i < NLOW; i++)
+        ck_assert_int_eq(mpiv_ult_join(lo[i], NULL), 0);
+    atomic_store(&hammer_stop, 1);
+    pthread_join(h, NULL);
+    for (int i = 0; i < NBLOCKED; i++)
+        sched_signal(&blocked_gate[i]);
+    for (int i = 0; i < NBLOCKED; i++)
+        ck_assert_int_eq(mpiv_ult_join(bl[i], NULL), 0);
+    ck_assert_int_gt(atomic_load(&low_runs), 200); /* the low ULTs did compete */
+    ck_assert_int_le(remote_max_gap, 2 * 3 * NLOW + 2);
+    sched_test_stop();
+}
+END_TEST
+
 /* --- counter ----------------------------------------------------------------- */
 
 static mpiv_counter_t latch;
@@ -401,6 +495,7 @@ static Suite *conc_suite(void)
     tcase_add_test(tc, signal_from_pthread);
     tcase_add_test(tc, sleeping_worker_wakes);
     tcase_add_test(tc, fairness);
+    tcase_add_test(tc, fairness_remote_signals);
     tcase_add_test(tc, counter_latch);
     tcase_add_test(tc, mutex_exclusion);
     tcase_add_test(tc, barrier_rounds);
