@@ -15,6 +15,11 @@
  * is the one least disturbed). Output is a Markdown table.
  * Usage: bench_sched [scale]   (scale < 1 shortens every loop)
  *        bench_sched --only spawn|yield N   (one ULT loop, for callgrind)
+ *        bench_sched --only blocked N       (create N blocked ULTs once, in
+ *                                            this process; for perf stat)
+ *        bench_sched --guard-fallback N --only ...  (the same as on a kernel
+ *                                            without MADV_GUARD_INSTALL, with
+ *                                            at most N mprotect guards)
  */
 #include <pthread.h>
 #include <sched.h>
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include "sched/sched.h"
+#include "sched/sched_internal.h" /* sched_test_force_guard_fallback */
 
 static double scale = 1.0;
 #define REPS 5
@@ -352,6 +358,15 @@ static void row(const char *op, double ult, double pth, const char *note)
  * instruction counts under callgrind (run with two N and subtract). */
 static int only(const char *what, long n)
 {
+    if (!strcmp(what, "blocked")) {
+        if (n < 1 || n > (1 << 24))
+            return 1;
+        struct blocked_result r = run_blocked(n, 1);
+        printf("%ld blocked ULTs in %.2f s (%.1f ns each; child CPU with teardown %.2f s), "
+               "peak RSS %.2f GiB\n",
+               n, r.seconds, r.ns_per, r.cpu_seconds, r.rss_gib);
+        return r.seconds > 0 ? 0 : 1;
+    }
     setenv("MPIV_WORKERS", "1", 1);
     struct util_config cfg;
     if (util_config_load(&cfg) || sched_init(&cfg))
@@ -367,6 +382,13 @@ static int only(const char *what, long n)
 
 int main(int argc, char **argv)
 {
+    /* as on a kernel without MADV_GUARD_INSTALL, with at most N mprotect
+     * guards (later stacks get tripwires): the fallback's cost */
+    if (argc > 2 && !strcmp(argv[1], "--guard-fallback")) {
+        sched_test_force_guard_fallback(atoi(argv[2]));
+        argc -= 2;
+        argv += 2;
+    }
     if (argc > 3 && !strcmp(argv[1], "--only"))
         return only(argv[2], atol(argv[3]));
     if (argc > 1)

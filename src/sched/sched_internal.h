@@ -84,8 +84,15 @@ fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
 #define SCHED_IDLE_YIELD_NS 200000
 /* A pthread waiter's spins before it sleeps in the kernel. */
 #define SCHED_PTHREAD_SPINS 4000
-/* Stacks mapped at once per worker. */
-#define SCHED_STACK_CHUNK 256
+/* Stacks mapped at once per worker: the first chunk holds
+ * SCHED_STACK_CHUNK_MIN, each next one twice as many, up to
+ * SCHED_STACK_CHUNK (IOV_MAX: one batched process_madvise per chunk). */
+#define SCHED_STACK_CHUNK_MIN 64
+#define SCHED_STACK_CHUNK 1024
+/* Bytes at the top of every stack region, above the ULT record, that hold
+ * the tripwire of the stack above when that one has no guard page (see
+ * "Stacks" at the top of sched.c). A multiple of the cache line. */
+#define SCHED_TRIPWIRE_BYTES 512
 
 #define SYNC_SIGNALLED ((uintptr_t)1)
 #define SYNC_PTHREAD ((uintptr_t)2)
@@ -99,6 +106,9 @@ struct sched_worker;
  * of its own stack, so a blocked ULT costs one committed page. */
 struct mpiv_ult {
     _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3) */
+    /* NULL if a guard page lies below stack_lo; else the tripwire words
+     * checked at every switch out (sched_stack_check) */
+    const uint64_t *tripwire;
     mpiv_ult_fn fn;
     void *arg;
     void *ret;
@@ -148,7 +158,10 @@ struct sched_worker {
     uint32_t live;  /* spawned and not yet joined */
     char *chunk;    /* unused part of the newest stack chunk */
     uint32_t chunk_left;
-    struct sched_chunk *chunks;
+    uint32_t chunk_next_n; /* stacks in the next chunk to map */
+    struct sched_chunk *chunks;   /* all of w's chunks (freed at finalize) */
+    struct sched_chunk *cur;      /* the one being carved */
+    struct sched_chunk *spare;    /* mapped by a racing spawner, not yet used */
     /* start-up */
     pthread_t thread;
     int core; /* hwloc logical core index, -1 if not bound */
@@ -165,8 +178,15 @@ struct sched_global {
     size_t stack_size; /* per ULT, guard page excluded */
     size_t page;
     atomic_uint rr; /* MPIV_WORKER_ANY from a pthread: round robin */
+    /* Guard pages: decided once in sched_init (before the workers start,
+     * read-only afterwards, so plain fields). */
+    bool guard_install;    /* madvise(MADV_GUARD_INSTALL) works */
+    bool pm_guard;         /* ... and process_madvise on ourselves does too */
+    bool pm_populate;      /* process_madvise(MADV_POPULATE_WRITE) works */
+    int pidfd;             /* pidfd of this process, -1 if none */
+    int guard_budget;      /* mprotect guards allowed (fallback path) */
+    uint64_t tripwire;     /* the tripwire pattern (random per sched_init) */
     atomic_int guard_vmas; /* mprotect guards made (fallback path) */
-    int guard_madvise;     /* MADV_GUARD_INSTALL works */
     /* Called by an idle worker while it spins (sched_set_idle_hook). Set
      * before the workers start or while they run: an atomic pointer, read
      * relaxed — a worker that sees it late only spins without it. */
@@ -192,9 +212,22 @@ static inline long sched_futex(atomic_int *addr, int op, int val)
 
 /* --- context switches ----------------------------------------------------- */
 
+/* Only for a ULT whose stack has no guard page (u->tripwire set): aborts
+ * with the overflow report if u's stack pointer is below its stack or its
+ * tripwire was written. In sched.c. */
+void sched_stack_check(struct sched_worker *w, struct mpiv_ult *u);
+
+/* Tests only: the next sched_init behaves as on a kernel without
+ * MADV_GUARD_INSTALL, with at most vma_budget mprotect guards (then
+ * tripwires). A negative budget restores the default. Call before
+ * sched_init, from one thread. */
+void sched_test_force_guard_fallback(int vma_budget);
+
 /* ULT -> its scheduler. `data` is NULL (suspend) or SCHED_ULT_FINISHED. */
 static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
 {
+    if (__builtin_expect(u->tripwire != NULL, 0))
+        sched_stack_check(w, u);
 #ifdef SCHED_ASAN
     __sanitizer_start_switch_fiber(data ? NULL : &u->asan_fake, w->sched_stack_lo,
                                    w->sched_stack_size);

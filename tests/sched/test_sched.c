@@ -1,6 +1,7 @@
 /* Scheduler basics on one worker: spawn/join at several sizes, slot
  * recycling, capacity, argument and state errors, signal before wait,
- * yield order, nested spawns, and the stack-overflow report. */
+ * yield order, nested spawns, and the stack-overflow report (with guard
+ * pages, and in the fallback for kernels without MADV_GUARD_INSTALL). */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sched/sched_internal.h"
 #include "sched_test.h"
 
 static void *ret_arg_plus_one(void *arg) { return (char *)arg + 1; }
@@ -165,6 +167,8 @@ END_TEST
 static sched_sync pending;
 static atomic_int second_wait_done;
 
+static atomic_int at_last_wait;
+
 static void *signal_then_wait(void *arg)
 {
     (void)arg;
@@ -173,6 +177,7 @@ static void *signal_then_wait(void *arg)
     sched_signal(&pending);
     sched_signal(&pending); /* two signals before a wait count once */
     sched_wait(&pending);
+    atomic_store(&at_last_wait, 1);
     sched_wait(&pending); /* must block until main signals again */
     atomic_store(&second_wait_done, 1);
     return NULL;
@@ -190,6 +195,11 @@ START_TEST(signal_before_wait)
     sched_sync_init(&pending);
     mpiv_ult_t u;
     ck_assert_int_eq(mpiv_ult_spawn(signal_then_wait, NULL, 0, &u), 0);
+    /* A signal sent before the ULT's own signals would be absorbed by
+     * them: wait until it has registered for its last wait (state holds
+     * its record), however long a loaded machine takes to run it. */
+    while (!atomic_load(&at_last_wait) || atomic_load(&pending.state) <= 1)
+        sched_test_sleep_us(1000);
     sched_test_sleep_us(50000);
     ck_assert_int_eq(atomic_load(&second_wait_done), 0);
     sched_signal(&pending);
@@ -288,6 +298,19 @@ static void *overflow(void *arg)
     return (void *)(intptr_t)recurse(0);
 }
 
+/* Case 0: ULT 0 overflows. Case 1: 100 ULTs block first, so the one that
+ * overflows (ULT 100) is in the second chunk of stacks: its guard comes
+ * from the batched install, past the first entries. Either way the guard
+ * page must be what catches it (the stack-pointer checks would report an
+ * unguarded stack too, in other words). */
+static sched_sync many_gate;
+
+static void *wait_many_gate(void *arg)
+{
+    sched_wait(&many_gate);
+    return arg;
+}
+
 START_TEST(stack_overflow_reported)
 {
     int fds[2];
@@ -303,6 +326,10 @@ START_TEST(stack_overflow_reported)
         if (util_config_load(&cfg) || sched_init(&cfg))
             _exit(3);
         mpiv_ult_t u;
+        sched_sync_init(&many_gate);
+        for (int k = 0; k < (_i ? 100 : 0); k++)
+            if (mpiv_ult_spawn(wait_many_gate, NULL, 0, &u))
+                _exit(4);
         if (mpiv_ult_spawn(overflow, NULL, 0, &u))
             _exit(4);
         mpiv_ult_join(u, NULL);
@@ -320,8 +347,104 @@ START_TEST(stack_overflow_reported)
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x, said: %s", st,
                   out);
-    ck_assert_msg(strstr(out, "ULT stack overflow (worker 0, ULT 0)") != NULL, "child said: %s",
-                  out);
+    const char *want = _i ? "ULT stack overflow (worker 0, ULT 100): caught by its guard page"
+                          : "ULT stack overflow (worker 0, ULT 0): caught by its guard page";
+    ck_assert_msg(strstr(out, want) != NULL, "child said: %s", out);
+}
+END_TEST
+
+/* The fallback without MADV_GUARD_INSTALL (forced): ULT 0 blocks, ULT 1
+ * overflows. Cases:
+ *   0  budget 0 (no guards): ULT 1 goes 1 KiB below its stack, into the
+ *      unused gap page, and yields there: the stack-pointer check.
+ *   1  budget 0: ULT 1 goes into the tripwire at the top of ULT 0's stack,
+ *      unwinds, then yields: the tripwire check.
+ *   2  budget 1 (ULT 0 has an mprotect guard, ULT 1 is beyond the budget):
+ *      as 1, but ULT 1 then returns (the check on finishing).
+ *   3  budget 1: ULT 0 itself recurses forever into its mprotect guard. */
+static char *dive_to;
+static int dive_then_yield;
+static sched_sync fb_gate;
+
+static __attribute__((noinline)) int dive(int depth)
+{
+    volatile char buf[48];
+    for (size_t i = 0; i < sizeof buf; i++) /* dense writes, as frames do */
+        buf[i] = (char)depth;
+    if ((char *)buf > dive_to)
+        return dive(depth + 1) + buf[1];
+    if (dive_then_yield)
+        mpiv_ult_yield();
+    return buf[1];
+}
+
+static void *fb_blocked(void *arg)
+{
+    sched_wait(&fb_gate);
+    return arg;
+}
+
+static void *fb_overflow(void *arg)
+{
+    long c = (long)arg;
+    struct mpiv_ult *self = mpiv_ult_self();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    dive_to = c == 0 ? self->stack_lo - 1024 : self->stack_lo - page - SCHED_TRIPWIRE_BYTES / 2;
+    dive_then_yield = c == 0;
+    int r = dive(0);
+    if (c == 1)
+        mpiv_ult_yield();
+    return (void *)(intptr_t)r;
+}
+
+START_TEST(stack_overflow_fallback)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        setenv("MPIV_WORKERS", "1", 1);
+        setenv("MPIV_STACK_SIZE", "16K", 1);
+        sched_test_force_guard_fallback(_i < 2 ? 0 : 1);
+        struct util_config cfg;
+        if (util_config_load(&cfg) || sched_init(&cfg))
+            _exit(3);
+        mpiv_ult_t u0, u1;
+        if (_i == 3) {
+            if (mpiv_ult_spawn(overflow, NULL, 0, &u0))
+                _exit(4);
+            mpiv_ult_join(u0, NULL);
+            _exit(5); /* not reached */
+        }
+        sched_sync_init(&fb_gate);
+        if (mpiv_ult_spawn(fb_blocked, NULL, 0, &u0) ||
+            mpiv_ult_spawn(fb_overflow, (void *)(long)_i, 0, &u1))
+            _exit(4);
+        mpiv_ult_join(u1, NULL);
+        _exit(5); /* not reached */
+    }
+    close(fds[1]);
+    char out[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof out - 1 && (r = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)r;
+    out[len] = '\0';
+    close(fds[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d: child status %#x, said: %s",
+                  _i, st, out);
+    static const char *const want[] = {
+        "ULT stack overflow (worker 0, ULT 1): caught by the stack-pointer check",
+        "ULT stack overflow (worker 0, ULT 1): caught by its tripwire",
+        "ULT stack overflow (worker 0, ULT 1): caught by its tripwire",
+        "ULT stack overflow (worker 0, ULT 0): caught by its guard page",
+    };
+    ck_assert_msg(strstr(out, want[_i]) != NULL, "case %d: child said: %s", _i, out);
 }
 END_TEST
 
@@ -338,7 +461,8 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);
-    tcase_add_test(tc, stack_overflow_reported);
+    tcase_add_loop_test(tc, stack_overflow_reported, 0, 2);
+    tcase_add_loop_test(tc, stack_overflow_fallback, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }
