@@ -30,6 +30,20 @@
  * extra one-way trip, only above the eager limit (measured in
  * docs/PERFORMANCE.md).
  *
+ * What a receiver-initiated RTR would need instead (worked out, not built):
+ * with no wildcards the n-th send on a key matches the n-th receive, so
+ * per-key sequence numbers on both sides let the sender pair RTR n with
+ * send n and drop a stale one (its send went eagerly) by number. That
+ * takes (1) a counter per (context, peer, tag) ever used, on both sides,
+ * that can never be freed: a late stale RTR would find a freed counter
+ * restarted at 0 and steer the next send on that key. Collectives use a
+ * fresh tag per call (coll.c), and many codes use a step number as tag, so
+ * this state grows without bound; (2) the sequence number assigned under a
+ * per-key lock together with the network post (sender) and the table
+ * insert (receiver), on the eager path too; (3) a header-only packet after
+ * each direct write, to take the receive out of the table in FIFO place.
+ * All of that buys one trip on messages that already cost several.
+ *
  * States of a request:
  *   send eager:  posted -> complete (at once, the payload was copied)
  *   send large:  posted (RTS sent) -> RTR arrived -> write done -> complete
