@@ -418,6 +418,22 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     r->status.error = MPIV_SUCCESS;
 }
 
+/* Sends an EAGER or RTS packet. To our own rank it skips the network: the
+ * sending thread runs the arrival handler itself, as the server would once
+ * the packet came back (a halo between two tiles of one rank costs a table
+ * insert, not a trip through the provider). Every EAGER and RTS to
+ * ourselves goes this way, so same-key messages stay in order; the RTR and
+ * the write that follow an RTS do go through the network's loopback, but
+ * they never pass the table. */
+static int proto_deliver(pkt_t *p, int dest)
+{
+    if (dest != proto.rank)
+        return srv_send(p, dest);
+    p->peer = dest;
+    proto_on_eager_or_rts(p);
+    return MPIV_SUCCESS;
+}
+
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
@@ -440,7 +456,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
         if (size)
             memcpy(h + 1, buf, size);
         p->len = (uint32_t)(sizeof *h + size);
-        int rc = srv_send(p, dest);
+        int rc = proto_deliver(p, dest);
         if (rc != MPIV_SUCCESS)
             return rc;
         proto_complete(r, MPIV_SUCCESS);
@@ -450,7 +466,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
     h->sreq = (uint64_t)(uintptr_t)r;
     p->len = sizeof *h;
     atomic_store_explicit(&r->armed, 1, memory_order_release);
-    int rc = srv_send(p, dest);
+    int rc = proto_deliver(p, dest);
     if (rc != MPIV_SUCCESS) {
         srv_mr_put(r->mr);
         r->mr = NULL;

@@ -408,6 +408,64 @@ START_TEST(unexpected_rendezvous_flood)
 }
 END_TEST
 
+/* Messages to one's own rank (they skip the network: the sender runs the
+ * arrival handler). Eager and rendezvous sizes alternate on one tag, so a
+ * shortcut that let a later small message overtake an earlier large one
+ * would deliver them out of order. Case 0: every send starts before any
+ * receive (non-blocking: a large one waits for its receive); case 1:
+ * every receive is posted first. */
+START_TEST(own_rank_in_order)
+{
+    enum { N = 24 };
+    size_t sizes[N];
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        size_t pick[] = {0, 1, 100, eager, eager + 1, 3 * eager + 17};
+        sizes[i] = pick[(i * 5) % 6];
+        total += sizes[i] + 1;
+    }
+    unsigned char *sb = malloc(total), *rb = malloc(total);
+    mpiv_request_t sr[N], rr[N];
+    mpiv_status_t st[N];
+    memset(rb, 0, total);
+    size_t off = 0;
+    for (int i = 0; i < N; i++) {
+        fill(sb + off, sizes[i], (unsigned)(me * 1000 + i));
+        off += sizes[i] + 1;
+    }
+    for (int phase = 0; phase < 2; phase++) {
+        int sends_first = _i == 0 ? phase == 0 : phase == 1;
+        off = 0;
+        for (int i = 0; i < N; i++, off += sizes[i - 1] + 1) {
+            if (sends_first)
+                OK(mpiv_isend(sb + off, sizes[i], me, 42, &sr[i]));
+            else
+                OK(mpiv_irecv(rb + off, sizes[i], me, 42, &rr[i]));
+        }
+        off = 0;
+        for (int i = 0; i < N; i++, off += sizes[i - 1] + 1) {
+            if (sends_first)
+                OK(mpiv_irecv(rb + off, sizes[i], me, 42, &rr[i]));
+            else
+                OK(mpiv_isend(sb + off, sizes[i], me, 42, &sr[i]));
+        }
+        OK(mpiv_waitall(N, rr, st));
+        OK(mpiv_waitall(N, sr, NULL));
+        off = 0;
+        for (int i = 0; i < N; i++) {
+            ck_assert_int_eq(st[i].source, me);
+            ck_assert_uint_eq(st[i].size, sizes[i]);
+            check_data(rb + off, sizes[i], (unsigned)(me * 1000 + i));
+            off += sizes[i] + 1;
+        }
+        memset(rb, 0, total);
+    }
+    free(sb);
+    free(rb);
+    OK(mpiv_barrier());
+}
+END_TEST
+
 /* Collectives against a serial reference. */
 START_TEST(collectives)
 {
@@ -542,6 +600,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, pthread_callers);
     tcase_add_test(tc, ten_thousand_ults_pingpong);
     tcase_add_test(tc, collectives);
+    tcase_add_loop_test(tc, own_rank_in_order, 0, 2);
     suite_add_tcase(s, tc);
     TCase *pool = tcase_create("pool");
     tcase_set_timeout(pool, 300);
