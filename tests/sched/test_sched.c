@@ -298,6 +298,24 @@ static void *overflow(void *arg)
     return (void *)(intptr_t)recurse(0);
 }
 
+/* Reads a forked child's stderr from fd until it closes, reaps the child and
+ * checks that it aborted after printing `want`. */
+static void expect_overflow_abort(int fd, pid_t pid, int case_no, const char *want)
+{
+    char out[4096];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof out - 1 && (r = read(fd, out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)r;
+    out[len] = '\0';
+    close(fd);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                  "case %d: child status %#x, said: %s", case_no, st, out);
+    ck_assert_msg(strstr(out, want) != NULL, "case %d: child said: %s", case_no, out);
+}
+
 /* Case 0: ULT 0 overflows. Case 1: 100 ULTs block first, so the one that
  * overflows (ULT 100) is in the second chunk of stacks: its guard comes
  * from the batched install, past the first entries. Either way the guard
@@ -336,20 +354,9 @@ START_TEST(stack_overflow_reported)
         _exit(5); /* not reached */
     }
     close(fds[1]);
-    char out[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof out - 1 && (r = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)r;
-    out[len] = '\0';
-    close(fds[0]);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "child status %#x, said: %s", st,
-                  out);
-    const char *want = _i ? "ULT stack overflow (worker 0, ULT 100): caught by its guard page"
-                          : "ULT stack overflow (worker 0, ULT 0): caught by its guard page";
-    ck_assert_msg(strstr(out, want) != NULL, "child said: %s", out);
+    expect_overflow_abort(fds[0], pid, _i,
+                          _i ? "ULT stack overflow (worker 0, ULT 100): caught by its guard page"
+                             : "ULT stack overflow (worker 0, ULT 0): caught by its guard page");
 }
 END_TEST
 
@@ -427,24 +434,13 @@ START_TEST(stack_overflow_fallback)
         _exit(5); /* not reached */
     }
     close(fds[1]);
-    char out[4096];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof out - 1 && (r = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
-        len += (size_t)r;
-    out[len] = '\0';
-    close(fds[0]);
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "case %d: child status %#x, said: %s",
-                  _i, st, out);
     static const char *const want[] = {
         "ULT stack overflow (worker 0, ULT 1): caught by the stack-pointer check",
         "ULT stack overflow (worker 0, ULT 1): caught by its tripwire",
         "ULT stack overflow (worker 0, ULT 1): caught by its tripwire",
         "ULT stack overflow (worker 0, ULT 0): caught by its guard page",
     };
-    ck_assert_msg(strstr(out, want[_i]) != NULL, "case %d: child said: %s", _i, out);
+    expect_overflow_abort(fds[0], pid, _i, want[_i]);
 }
 END_TEST
 
