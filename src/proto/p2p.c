@@ -154,19 +154,20 @@ static void proto_pkt_release(pkt_t *p, bool server)
  * Returns NULL (and counts p as held) below the watermark. */
 static pkt_t *proto_copy_if_crowded(pkt_t *p)
 {
-    /* relaxed: a statistic that only steers copying, never correctness */
-    long held = atomic_load_explicit(&proto.unexpected, memory_order_relaxed);
+    /* Reserve first, give back if over: a load then an add would let every
+     * thread that arrives here at once (the server, and senders to their
+     * own rank) pass the mark together. Relaxed: a count that only steers
+     * copying; the table's locks order the packets themselves. */
+    long held = atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
     if (held < proto.unexpected_max)
-        goto keep;
+        return NULL;
     pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + p->len + 63) / 64 * 64);
     if (!copy)
-        goto keep; /* keep the packet: slower, not wrong */
+        return NULL; /* keep the packet (counted): slower, not wrong */
+    atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
     memcpy(copy, p, sizeof(pkt_t) + p->len);
     copy->idx = PROTO_HEAP_IDX;
     return copy;
-keep:
-    atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
-    return NULL;
 }
 
 /* --- rendezvous slots (I4) --------------------------------------------------- */

@@ -607,6 +607,8 @@ int main(int argc, char **argv)
     tcase_add_test(pool, pool_pressure);
     tcase_add_test(pool, unexpected_flood);
     tcase_add_test(pool, unexpected_rendezvous_flood);
+    /* with 4 packets, messages to oneself take the heap-copy path too */
+    tcase_add_loop_test(pool, own_rank_in_order, 0, 2);
     suite_add_tcase(s, pool);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
