@@ -57,6 +57,7 @@
 #define LINE_MAX_BUF 65536
 #define MAX_PENDING_CLIENTS 64
 #define HELLO_MS 10000 /* a connection must prove itself this fast */
+#define BYE_WAIT_MS 2000 /* how long a reaped rank's BYE may lag its exit */
 
 static const char *prog_name = "mpiv_run";
 
@@ -803,8 +804,8 @@ static int client_read(struct client *c)
             }
             int r = c->rank;
             client_drop(c);
-            kvs_break("rank %d left the exchange (it exited or lost its connection) before "
-                      "the job finished starting", r);
+            kvs_break("rank %d left the exchange (it exited or lost its connection) without "
+                      "leaving the job through mpiv_finalize", r);
             return 0;
         }
         c->in_used += (size_t)n;
@@ -1145,9 +1146,20 @@ static void rank_exited(int r, int st)
 {
     ranks[r].alive = 0;
     ranks[r].status = st;
-    /* a BYE it sent just before exiting may still sit in our socket */
-    if (client_of_rank[r])
+    /* A BYE it sent just before exiting may still sit in our socket or,
+     * for a rank behind ssh or a launcher, still be on its way: its exit
+     * status travels on another connection and can come first. A local
+     * rank's socket is closed by now, so this returns at once for it. */
+    uint64_t bye_by = util_now_ns() + (uint64_t)BYE_WAIT_MS * 1000000ull;
+    while (client_of_rank[r] && !ranks[r].said_bye) {
+        uint64_t now = util_now_ns();
+        if (now >= bye_by)
+            break;
+        struct pollfd p = {.fd = client_of_rank[r]->fd, .events = POLLIN};
+        if (poll(&p, 1, (int)((bye_by - now) / 1000000u) + 1) <= 0)
+            break;
         client_read(client_of_rank[r]);
+    }
     int bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     /* Joined the job (its connection is still open) but never left it with
      * mpiv_finalize's BYE: its peers may be waiting for messages that will
