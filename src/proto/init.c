@@ -88,7 +88,9 @@ int mpiv_init(int *argc, char ***argv)
 fail_sched:
     sched_finalize();
 fail_srv:
-    srv_finalize();
+    /* the others are in (or on their way to) the start-up barrier: let go
+     * without joining it, so the launcher fails them instead */
+    srv_abandon();
 fail_rdv:
     proto_rdv_fini();
 fail_ht:

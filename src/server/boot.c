@@ -34,9 +34,7 @@ static int single_barrier(void)
     return MPIV_SUCCESS;
 }
 
-static void single_finalize(void)
-{
-}
+static void single_finalize(bool graceful) { (void)graceful; }
 
 static const struct boot_method boot_method_single = {
     "singleton", single_init, single_allgather, single_barrier, single_finalize,
@@ -93,13 +91,17 @@ int srv_boot_barrier(void)
     return method->barrier();
 }
 
-void srv_boot_finalize(void)
+static void boot_leave(bool graceful)
 {
     if (!method)
         return;
-    method->finalize();
+    method->finalize(graceful);
     method = NULL;
 }
+
+void srv_boot_finalize(void) { boot_leave(true); }
+
+void srv_boot_abandon(void) { boot_leave(false); }
 
 const char *srv_boot_method(void)
 {

@@ -32,6 +32,10 @@ int srv_boot_allgather(const void *mine, size_t len, void *all);
 int srv_boot_barrier(void);
 /* Leaves the job (tells mpiv_run this rank left on purpose). Idempotent. */
 void srv_boot_finalize(void);
+/* Lets go of the job without saying goodbye, after a failure the other ranks
+ * cannot know of: the launcher then counts this rank as broken off (and
+ * mpiv_run fails the others' pending exchanges at once). Idempotent. */
+void srv_boot_abandon(void);
 /* "mpiv_run", "pmix" or "singleton"; "none" before srv_boot_init. */
 const char *srv_boot_method(void);
 

@@ -5,6 +5,7 @@
 #ifndef MPIV_SERVER_BOOT_INT_H
 #define MPIV_SERVER_BOOT_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct boot_method {
@@ -12,7 +13,10 @@ struct boot_method {
     int (*init)(int *rank, int *size);
     int (*allgather)(const void *mine, size_t len, void *all);
     int (*barrier)(void);
-    void (*finalize)(void);
+    /* graceful: the rank leaves on purpose (mpiv_run hears BYE, PMIx
+     * PMIx_Finalize); otherwise it only lets go, so the launcher sees a
+     * rank that broke off and ends the job */
+    void (*finalize)(bool graceful);
 };
 
 extern const struct boot_method boot_method_run;

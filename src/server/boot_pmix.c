@@ -153,11 +153,13 @@ static int pmix_barrier(void)
     return pmix_fence(0);
 }
 
-static void pmix_finalize(void)
+static void pmix_finalize(bool graceful)
 {
     if (!pmix_up)
         return;
-    PMIx_Finalize(NULL, 0);
+    /* without PMIx_Finalize, the launcher counts an exit as abnormal */
+    if (graceful)
+        PMIx_Finalize(NULL, 0);
     pmix_up = 0;
 }
 

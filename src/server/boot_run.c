@@ -351,7 +351,13 @@ static int run_barrier(void)
     return run_allgather(NULL, 0, NULL);
 }
 
-static void run_finalize(void) { leave_conn(); }
+static void run_finalize(bool graceful)
+{
+    if (graceful)
+        leave_conn();
+    else
+        close_conn();
+}
 
 const struct boot_method boot_method_run = {
     "mpiv_run", run_init, run_allgather, run_barrier, run_finalize,

@@ -612,6 +612,43 @@ int srv_start(void)
 
 int srv_boot_barrier_all(void) { return srv_boot_barrier(); }
 
+/* What srv_finalize and srv_abandon share: stop the thread, close the
+ * backend, give the packets back, leave the job (graceful) or let go. */
+static void srv_teardown(bool graceful)
+{
+    if (atomic_load_explicit(&S.thread_started, memory_order_relaxed)) {
+        atomic_store_explicit(&S.stop, 1, memory_order_release);
+        pthread_join(S.thread, NULL);
+        /* relaxed: nothing is published by the clearing */
+        atomic_store_explicit(&S.thread_started, false, memory_order_relaxed);
+    }
+    while (S.stash) {
+        pkt_t *p = S.stash;
+        S.stash = p->next;
+        pkt_put_server(S.pool, p);
+    }
+    S.stash_len = 0;
+    srv_mr_cache_fini();
+    S.ops->finalize(S.be);
+    S.be = NULL;
+    /* Packets still in the queue (only after a failure) belong to the
+     * pool, which the caller destroys next. */
+    S.q_head = S.q_tail = 0;
+    atomic_store(&S.q_len, 0);
+    atomic_store(&S.outstanding, 0);
+    S.posted_recvs = 0;
+    free(S.peer_dead);
+    S.peer_dead = NULL;
+    if (graceful)
+        srv_boot_finalize();
+    else
+        srv_boot_abandon();
+    S.inited = false;
+    S.ops = NULL;
+    memset(S.handlers, 0, sizeof S.handlers);
+    S.imm_handler = NULL;
+}
+
 int srv_finalize(void)
 {
     if (!S.inited)
@@ -637,33 +674,12 @@ int srv_finalize(void)
     int brc = srv_boot_barrier();
     if (brc && !rc)
         rc = brc;
-    if (atomic_load_explicit(&S.thread_started, memory_order_relaxed)) {
-        atomic_store_explicit(&S.stop, 1, memory_order_release);
-        pthread_join(S.thread, NULL);
-        /* relaxed: nothing is published by the clearing */
-        atomic_store_explicit(&S.thread_started, false, memory_order_relaxed);
-    }
-    while (S.stash) {
-        pkt_t *p = S.stash;
-        S.stash = p->next;
-        pkt_put_server(S.pool, p);
-    }
-    S.stash_len = 0;
-    srv_mr_cache_fini();
-    S.ops->finalize(S.be);
-    S.be = NULL;
-    /* Packets still in the queue (only after a failure) belong to the
-     * pool, which the caller destroys next. */
-    S.q_head = S.q_tail = 0;
-    atomic_store(&S.q_len, 0);
-    atomic_store(&S.outstanding, 0);
-    S.posted_recvs = 0;
-    free(S.peer_dead);
-    S.peer_dead = NULL;
-    srv_boot_finalize();
-    S.inited = false;
-    S.ops = NULL;
-    memset(S.handlers, 0, sizeof S.handlers);
-    S.imm_handler = NULL;
+    srv_teardown(true);
     return rc;
+}
+
+void srv_abandon(void)
+{
+    if (S.inited)
+        srv_teardown(false);
 }

@@ -52,6 +52,12 @@ int srv_start(void);
 int srv_boot_barrier_all(void);
 /* Stops the thread, drains outstanding operations, closes everything. */
 int srv_finalize(void);
+/* For a failure after srv_init that the other ranks cannot know of (e.g.
+ * mpiv_init failing on this rank only): closes everything without the
+ * drain and the barrier of srv_finalize, whose barrier would pair with
+ * the others' start-up barrier and let them believe the job had started,
+ * and without leaving the job properly, so that the launcher ends it. */
+void srv_abandon(void);
 
 /* Sends p->len bytes of p->data to `peer` (may be this rank). Ownership of p
  * passes to the server, which returns it to the pool once sent.
