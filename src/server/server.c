@@ -107,8 +107,16 @@ int srv_default_core(int ncores, int local_ranks, int local_rank)
 
 int srv_all_on_one_host(bool *one_host)
 {
-    char mine[64] = {0};
-    gethostname(mine, sizeof mine - 1);
+    /* the host name, and the kernel's boot id: two machines (containers,
+     * a careless cluster) can share a name, never a boot id */
+    char mine[128] = {0};
+    gethostname(mine, 63);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(mine + 64, 63, f))
+            mine[64] = '\0';
+        fclose(f);
+    }
     int size = S.size > 0 ? S.size : 1;
     char *all = malloc(sizeof mine * (size_t)size);
     if (!all)
@@ -282,6 +290,7 @@ int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint6
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for an RDMA write");
     memset(op->be, 0, sizeof op->be);
     op->qnext = 0;
+    op->note[0] = op->note[1] = 0;
     op->buf = buf;
     op->len = len;
     op->desc = lmr ? lmr->desc : NULL;
@@ -528,7 +537,21 @@ static int pick_backend(void)
         S.ops = &srv_ibv_ops;
         return MPIV_SUCCESS;
     }
-    /* auto: ibv only if every rank has a device, so all pick the same. */
+    if (S.cfg.net == UTIL_NET_SHM) {
+        S.ops = &srv_shm_ops;
+        return MPIV_SUCCESS;
+    }
+    /* auto: MPIv's own shared-memory rings when every rank is on this host
+     * (faster than any network's loopback, docs/PERFORMANCE.md); else ibv
+     * only if every rank has a device, so all pick the same; else ofi. */
+    bool one_host = false;
+    int hrc = srv_all_on_one_host(&one_host);
+    if (hrc)
+        return hrc;
+    if (one_host) {
+        S.ops = &srv_shm_ops;
+        return MPIV_SUCCESS;
+    }
     unsigned char mine = srv_ibv_available() ? 1 : 0;
     unsigned char *all = malloc((size_t)S.size);
     if (!all)

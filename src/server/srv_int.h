@@ -1,6 +1,6 @@
 /*
  * srv_int.h — what the server core (server.c), the registration cache
- * (mr.c) and the network backends (ofi.c, ibv.c) share. Nothing outside
+ * (mr.c) and the network backends (shm.c, ofi.c, ibv.c) share. Nothing outside
  * src/server/ includes it, except the server's own tests.
  *
  * A backend moves packets and bytes and reports what finished; it knows
@@ -106,6 +106,7 @@ struct srv_backend_ops {
 
 extern const struct srv_backend_ops srv_ofi_ops;
 extern const struct srv_backend_ops srv_ibv_ops;
+extern const struct srv_backend_ops srv_shm_ops;
 
 /* Whether a verbs device is present (MPIV_NET=auto). */
 bool srv_ibv_available(void);

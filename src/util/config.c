@@ -51,8 +51,12 @@ static const struct cfg_var cfg_vars[] = {
      "largest message sent eagerly; 0 = as much as a packet holds"},
     {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 26, 0, NULL,
      "matching-table buckets, a power of two; 0 = sized from MPIV_PACKETS"},
-    {"MPIV_NET", CFG_WORDS, OFF(net), 0, 2, UTIL_NET_AUTO, "auto|ofi|ibv",
-     "network backend; auto = ibv where a verbs device exists, else ofi"},
+    {"MPIV_NET", CFG_WORDS, OFF(net), 0, 3, UTIL_NET_AUTO, "auto|ofi|ibv|shm",
+     "network backend; shm = MPIv's own shared-memory rings (every rank on one host); auto = "
+     "shm when every rank is on one host, else ibv where every rank has a verbs device, else ofi"},
+    {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 1, "off|on",
+     "shm backend: large messages with one copy by process_vm_writev where the kernel allows "
+     "it; off = through the rings (two copies)"},
     {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
      "core the server thread is pinned to; -1 = the last core of this rank's share"},
     {"MPIV_BOOT_TIMEOUT", CFG_INT, OFF(boot_timeout), 1, 86400, 60, NULL,

@@ -69,7 +69,7 @@ _Noreturn void util_fatal(const char *fmt, ...) UTIL_PRINTF(1, 2);
 /* --- configuration ------------------------------------------------------- */
 
 enum util_bind { UTIL_BIND_CORE = 0, UTIL_BIND_NONE = 1 };
-enum util_net { UTIL_NET_AUTO = 0, UTIL_NET_OFI = 1, UTIL_NET_IBV = 2 };
+enum util_net { UTIL_NET_AUTO = 0, UTIL_NET_OFI = 1, UTIL_NET_IBV = 2, UTIL_NET_SHM = 3 };
 
 /* Every MPIV_* variable, parsed once by util_config_load. The table in
  * config.c documents each (name, range, default); README lists them too. */
@@ -85,6 +85,7 @@ struct util_config {
     int64_t eager_limit;    /* MPIV_EAGER_LIMIT: largest eager message       */
     int64_t ht_buckets;     /* MPIV_HT_BUCKETS: matching table buckets (2^k) */
     int64_t net;            /* MPIV_NET: enum util_net                       */
+    int64_t shm_cma;        /* MPIV_SHM_CMA: 1 on, 0 off                     */
     int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */
     int64_t ibv_gid_index;  /* MPIV_IBV_GID_INDEX: -1 = find RoCE v2 IPv4    */
     int64_t boot_timeout;   /* MPIV_BOOT_TIMEOUT: seconds per bootstrap step */

@@ -8,7 +8,7 @@
 static const char *all_vars[] = {
     "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
     "MPIV_PACKET_SIZE", "MPIV_PACKETS", "MPIV_RECV_DEPTH", "MPIV_EAGER_LIMIT",
-    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
+    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SHM_CMA", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
     "MPIV_OFI_PROVIDER", "MPIV_IBV_DEVICE", "MPIV_LOCAL_SIZE", "MPIV_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
 };
@@ -71,7 +71,8 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_STACK_SIZE", "1K", "expected a size from 16384"},
     {"MPIV_STACK_SIZE", "64Q", "MPIV_STACK_SIZE=64Q"},
     {"MPIV_LOG", "loud", "none|error|warn|info|debug"},
-    {"MPIV_NET", "tcp", "auto|ofi|ibv"},
+    {"MPIV_NET", "tcp", "auto|ofi|ibv|shm"},
+    {"MPIV_SHM_CMA", "maybe", "MPIV_SHM_CMA=maybe: expected one of off|on"},
     {"MPIV_HT_BUCKETS", "1000", "power of two"},
     {"MPIV_BOOT_TIMEOUT", "0", "MPIV_BOOT_TIMEOUT=0: expected an integer from 1 to 86400"},
     {"MPIV_RECV_DEPTH", "4096", "must be below MPIV_PACKETS"},
