@@ -7,6 +7,8 @@
  * about a third of all cycles of MPIv's small-message benchmarks
  * (docs/perf/pt2pt.md). Here each (sender, receiver) pair has a ring of its
  * own, so a send and a poll touch only that ring's two counters.
+ * (Cells are packet-sized; a ring of variable-sized records would let many
+ * more small messages wait in the same memory. Not done yet.)
  *
  * Layout: every rank r creates one segment (shm_open, unlinked as soon as
  * every rank has mapped it, so a crash leaves nothing in /dev/shm) holding
@@ -57,7 +59,14 @@
 #include "server/srv_int.h"
 #include "util/spinlock.h"
 
-#define SHM_SLOTS 64
+/* Cells per ring: about SHM_CELLS_PER_RANK for all the senders of a rank,
+ * from 64 to 1024 per sender. A cell holds a whole packet, so this is what
+ * bounds /dev/shm use: 2 ranks, 2 x 1024 cells of 8 KiB, 17 MB per rank.
+ * Fewer cells starve many-thread senders: 64 per ring cut the 64-pair
+ * message rate 5x against libfabric's provider (docs/perf/pt2pt.md). */
+#define SHM_CELLS_PER_RANK 2048
+#define SHM_SLOTS_MIN 64
+#define SHM_SLOTS_MAX 1024
 #define SHM_MAGIC UINT64_C(0x4d5049567368306d) /* "MPIVsh0m" */
 
 enum shm_kind { CELL_MSG = 1, CELL_CHUNK = 2, CELL_IMM = 3 };
@@ -91,6 +100,7 @@ struct srv_backend {
     size_t cell_size;  /* 64 + cell_data, a multiple of 64                 */
     size_t ring_size;  /* counters + cells                                 */
     size_t seg_size;
+    uint64_t slots;    /* cells per ring, a power of two                   */
     char name[64];     /* our segment's name while it is linked            */
     unsigned char *mine;   /* our segment: rings[s] for each sender s     */
     unsigned char **peer;  /* peer[r]: rank r's segment, mapped            */
@@ -114,7 +124,7 @@ static struct shm_ring *ring_of(struct srv_backend *be, unsigned char *seg, int 
 
 static struct shm_cell *cell_at(struct srv_backend *be, struct shm_ring *g, uint64_t n)
 {
-    return (struct shm_cell *)(g->cells + (size_t)(n % SHM_SLOTS) * be->cell_size);
+    return (struct shm_cell *)(g->cells + (size_t)(n & (be->slots - 1)) * be->cell_size);
 }
 
 static void shm_finalize(struct srv_backend *be);
@@ -133,6 +143,9 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     be->rank = rank;
     be->size = size;
+    be->slots = SHM_SLOTS_MAX;
+    while (be->slots > SHM_SLOTS_MIN && be->slots * (uint64_t)size > SHM_CELLS_PER_RANK)
+        be->slots /= 2;
     be->peer = calloc((size_t)size, sizeof *be->peer);
     be->pid = calloc((size_t)size, sizeof *be->pid);
     be->send_lock = calloc((size_t)size, sizeof *be->send_lock);
@@ -154,7 +167,7 @@ static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
 {
     be->cell_data = pkt_data_size(pool);
     be->cell_size = (sizeof(struct shm_cell) + be->cell_data + 63) / 64 * 64;
-    be->ring_size = sizeof(struct shm_ring) + SHM_SLOTS * be->cell_size;
+    be->ring_size = sizeof(struct shm_ring) + (size_t)be->slots * be->cell_size;
     be->seg_size = 64 + (size_t)be->size * be->ring_size;
     be->maxposted = (int)pkt_count(pool);
     be->posted = calloc((size_t)be->maxposted, sizeof *be->posted);
@@ -187,7 +200,7 @@ static int create_segment(struct srv_backend *be, uint64_t key)
     struct shm_seg_header *h = p;
     h->magic = SHM_MAGIC;
     h->nranks = (uint32_t)be->size;
-    h->slots = SHM_SLOTS;
+    h->slots = (uint32_t)be->slots;
     h->cell_size = be->cell_size;
     h->ring_size = be->ring_size;
     return MPIV_SUCCESS;
@@ -206,7 +219,8 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
         return util_err(MPIV_ERR_NET, "shm: mapping rank %d's segment: %s", r, strerror(errno));
     be->peer[r] = p;
     const struct shm_seg_header *h = p;
-    if (h->magic != SHM_MAGIC || h->nranks != (uint32_t)be->size || h->cell_size != be->cell_size)
+    if (h->magic != SHM_MAGIC || h->nranks != (uint32_t)be->size ||
+        h->cell_size != be->cell_size || h->slots != (uint32_t)be->slots)
         return util_err(MPIV_ERR_NET, "shm: rank %d's segment does not match ours (different "
                                       "MPIV_PACKET_SIZE?)", r);
     return MPIV_SUCCESS;
@@ -274,7 +288,7 @@ static struct shm_cell *cell_begin(struct srv_backend *be, int peer, struct shm_
     /* relaxed: only we write tail (R1) */
     uint64_t t = atomic_load_explicit(&(*g)->tail, memory_order_relaxed);
     /* acquire: the receiver is done with the cell we are about to reuse */
-    if (t - atomic_load_explicit(&(*g)->head, memory_order_acquire) >= SHM_SLOTS)
+    if (t - atomic_load_explicit(&(*g)->head, memory_order_acquire) >= be->slots)
         return NULL;
     return cell_at(be, *g, t);
 }
