@@ -8,18 +8,22 @@
  *    packet around from the server thread; checks sources and payloads;
  *  - ordering: a burst far beyond the backend's queue depth, so sends wait
  *    in the server's queue; per-source sequence numbers must arrive in order;
+ *  - the same from 4 pthreads of every rank at once (they share each
+ *    destination's queue, ring or QP): every (source, thread) stream
+ *    arrives whole, once and in order;
  *  - RDMA write with immediate (64 KiB and 0 bytes) into every rank's
  *    registered buffer; imm, source and length are checked by the handler,
  *    the data after a barrier;
  *  - registration cache: one registration for two gets, correct data after
  *    free and reuse of the same addresses, a bounded number of live entries.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "srv_test_common.h"
 
-enum { T_PING = 1, T_PONG = 2, T_SEQ = 3 };
+enum { T_PING = 1, T_PONG = 2, T_SEQ = 3, T_TSEQ = 4 };
 
 struct msg {
     uint8_t type;
@@ -86,6 +90,41 @@ static void on_seq(pkt_t *p)
     pkt_put_server(st_pool, p);
 }
 
+/* T_TSEQ: m.pad[0] is the sending thread; one sequence per (source, thread). */
+#define BURST_THREADS 4
+#define BURST_N 1500
+static atomic_long tseq_got;
+static uint32_t *next_tseq; /* [source * BURST_THREADS + thread], handlers only */
+
+static void on_tseq(pkt_t *p)
+{
+    struct msg m;
+    int ok = check(p, &m) && m.from == p->peer && m.pad[0] < BURST_THREADS;
+    uint32_t *want = ok ? &next_tseq[p->peer * BURST_THREADS + m.pad[0]] : NULL;
+    if (!ok || m.seq != *want)
+        atomic_fetch_add(&bad, 1);
+    else
+        *want = m.seq + 1;
+    atomic_fetch_add(&tseq_got, 1);
+    pkt_put_server(st_pool, p);
+}
+
+static void *burst_thread(void *arg)
+{
+    unsigned t = (unsigned)(uintptr_t)arg;
+    uint32_t big = (uint32_t)pkt_data_size(st_pool);
+    for (uint32_t i = 0; i < BURST_N; i++) {
+        for (int peer = 0; peer < st_size; peer++) {
+            pkt_t *p = st_get_pkt();
+            fill(p, T_TSEQ, i, (i + t) % 5 == 0 ? big : 48 + (i * 13 + t) % 200);
+            ((struct msg *)(void *)p->data)->pad[0] = (uint8_t)t;
+            if (srv_send(p, peer) != MPIV_SUCCESS)
+                atomic_fetch_add(&bad, 1);
+        }
+    }
+    return NULL;
+}
+
 /* --- RDMA ---------------------------------------------------------------- */
 
 #define SEG (64 * 1024)
@@ -135,9 +174,11 @@ static void setup(void)
     if (b && sscanf(b, "%llu,%llu", &spin, &slp) == 2)
         srv_set_backoff(spin, slp);
     next_seq = calloc((size_t)st_size, sizeof *next_seq);
+    next_tseq = calloc((size_t)st_size * BURST_THREADS, sizeof *next_tseq);
     srv_set_handler(T_PING, on_ping);
     srv_set_handler(T_PONG, on_pong);
     srv_set_handler(T_SEQ, on_seq);
+    srv_set_handler(T_TSEQ, on_tseq);
     srv_set_imm_handler(on_imm);
     st_start();
     ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
@@ -148,6 +189,7 @@ static void teardown(void)
 {
     st_down();
     free(next_seq);
+    free(next_tseq);
 }
 
 /* --- tests --------------------------------------------------------------- */
@@ -202,6 +244,25 @@ START_TEST(test_order_burst)
         fprintf(stderr, "rank %d: %llu operations waited in the send queue, %llu sleeps\n",
                 st_rank, (unsigned long long)st.queued_posted, (unsigned long long)st.sleeps);
     tick("order_burst");
+}
+END_TEST
+
+START_TEST(test_threads_burst)
+{
+    pthread_t th[BURST_THREADS];
+    for (uintptr_t t = 0; t < BURST_THREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, burst_thread, (void *)t), 0);
+    long want = (long)BURST_THREADS * BURST_N * st_size;
+    ST_WAIT(atomic_load(&tseq_got) == want, 40, "rank %d: %ld of %ld from the threads",
+            st_rank, atomic_load(&tseq_got), want);
+    for (int t = 0; t < BURST_THREADS; t++)
+        pthread_join(th[t], NULL);
+    ck_assert_int_eq(atomic_load(&bad), 0);
+    for (int src = 0; src < st_size; src++)
+        for (int t = 0; t < BURST_THREADS; t++)
+            ck_assert_uint_eq(next_tseq[src * BURST_THREADS + t], BURST_N);
+    ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
+    tick("threads_burst");
 }
 END_TEST
 
@@ -343,6 +404,7 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_ping_pong);
     tcase_add_test(tc, test_order_burst);
+    tcase_add_test(tc, test_threads_burst);
     tcase_add_test(tc, test_rdma_write_imm);
     tcase_add_test(tc, test_mr_cache_once);
     tcase_add_test(tc, test_mr_free_reuse);
