@@ -329,20 +329,34 @@ static void *wait_many_gate(void *arg)
     return arg;
 }
 
-START_TEST(stack_overflow_reported)
+/* Forks a child whose stderr goes into fds[1] and which runs one worker with
+ * 16 KiB stacks (guard_budget >= 0: as on a kernel without
+ * MADV_GUARD_INSTALL, with that many mprotect guards). Returns the child's
+ * pid in the parent and 0 in the child, once its scheduler is up. */
+static pid_t fork_overflow_child(int fds[2], int guard_budget)
 {
-    int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
+    if (pid != 0)
+        return pid;
+    dup2(fds[1], 2);
+    close(fds[0]);
+    setenv("MPIV_WORKERS", "1", 1);
+    setenv("MPIV_STACK_SIZE", "16K", 1);
+    if (guard_budget >= 0)
+        sched_test_force_guard_fallback(guard_budget);
+    struct util_config cfg;
+    if (util_config_load(&cfg) || sched_init(&cfg))
+        _exit(3);
+    return 0;
+}
+
+START_TEST(stack_overflow_reported)
+{
+    int fds[2];
+    pid_t pid = fork_overflow_child(fds, -1);
     if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        setenv("MPIV_WORKERS", "1", 1);
-        setenv("MPIV_STACK_SIZE", "16K", 1);
-        struct util_config cfg;
-        if (util_config_load(&cfg) || sched_init(&cfg))
-            _exit(3);
         mpiv_ult_t u;
         sched_sync_init(&many_gate);
         for (int k = 0; k < (_i ? 100 : 0); k++)
@@ -407,18 +421,8 @@ static void *fb_overflow(void *arg)
 START_TEST(stack_overflow_fallback)
 {
     int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
+    pid_t pid = fork_overflow_child(fds, _i < 2 ? 0 : 1);
     if (pid == 0) {
-        dup2(fds[1], 2);
-        close(fds[0]);
-        setenv("MPIV_WORKERS", "1", 1);
-        setenv("MPIV_STACK_SIZE", "16K", 1);
-        sched_test_force_guard_fallback(_i < 2 ? 0 : 1);
-        struct util_config cfg;
-        if (util_config_load(&cfg) || sched_init(&cfg))
-            _exit(3);
         mpiv_ult_t u0, u1;
         if (_i == 3) {
             if (mpiv_ult_spawn(overflow, NULL, 0, &u0))
