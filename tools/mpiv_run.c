@@ -1161,10 +1161,10 @@ static void rank_exited(int r, int st)
         client_read(client_of_rank[r]);
     }
     int bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    /* Joined the job (its connection is still open) but never left it with
-     * mpiv_finalize's BYE: its peers may be waiting for messages that will
-     * never come, so even a status of 0 ends the job (as Open MPI's mpirun
-     * does for a process that exits without finalizing). */
+    /* Joined the job but never left it with mpiv_finalize's BYE (nor was
+     * told by us that the exchange failed): its peers may be waiting for
+     * messages that will never come, so even a status of 0 ends the job (as
+     * Open MPI's mpirun does for a process that exits without finalizing). */
     int unfinished = ranks[r].joined && !ranks[r].said_bye && !ranks[r].released;
     if (unfinished) {
         /* its connection may be gone already: EOF is often read first */

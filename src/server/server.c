@@ -80,6 +80,7 @@ static struct srv_state {
     atomic_bool thread_started;
     atomic_int stop;
     bool inited;
+    bool one_host_known, one_host; /* srv_all_on_one_host's answer, per srv_init */
 
     uint64_t spin_ns, max_sleep_ns;
     struct srv_stats stats; /* under progress_lock, except sleeps: */
@@ -107,6 +108,13 @@ int srv_default_core(int ncores, int local_ranks, int local_rank)
 
 int srv_all_on_one_host(bool *one_host)
 {
+    /* Asked by pick_backend and again by the backend's init: the answer is
+     * kept for this srv_init, so the job pays for one allgather (every rank
+     * takes the same path, so the collective calls still pair up). */
+    if (S.one_host_known) {
+        *one_host = S.one_host;
+        return MPIV_SUCCESS;
+    }
     /* the host name, and the kernel's boot id: two machines (containers,
      * a careless cluster) can share a name, never a boot id */
     char mine[128] = {0};
@@ -127,6 +135,8 @@ int srv_all_on_one_host(bool *one_host)
         for (int r = 1; r < size; r++)
             if (memcmp(all, all + sizeof mine * (size_t)r, sizeof mine) != 0)
                 *one_host = false;
+        S.one_host = *one_host;
+        S.one_host_known = true;
     }
     free(all);
     return rc;
@@ -572,6 +582,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if (S.inited)
         return util_err(MPIV_ERR_STATE, "server: already initialised");
     S.cfg = *cfg;
+    S.one_host_known = false;
     S.pool = pool;
     S.recv_depth = (int)cfg->recv_depth;
     int rc = srv_boot_init(&S.rank, &S.size);
