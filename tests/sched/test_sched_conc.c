@@ -140,6 +140,24 @@ static void *blocked(void *arg)
     return NULL;
 }
 
+/* NBLOCKED blocked ULTs, spawned before the victim so that its id lands in
+ * a later summary word; released and joined at the end. */
+static void spawn_fillers(mpiv_ult_t *bl)
+{
+    for (int i = 0; i < NBLOCKED; i++) {
+        sched_sync_init(&blocked_gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(blocked, (void *)(intptr_t)i, 0, &bl[i]), 0);
+    }
+}
+
+static void release_fillers(mpiv_ult_t *bl)
+{
+    for (int i = 0; i < NBLOCKED; i++)
+        sched_signal(&blocked_gate[i]);
+    for (int i = 0; i < NBLOCKED; i++)
+        ck_assert_int_eq(mpiv_ult_join(bl[i], NULL), 0);
+}
+
 /* Runs 200 times, re-signalling itself (yield) half the time and being
  * signalled by spinner 0 the other half. `mark` is the spinner count when
  * it became runnable; max_gap the most spinner runs before it then ran. */
@@ -169,19 +187,13 @@ START_TEST(fairness)
     mpiv_ult_t sp[NSPIN], bl[NBLOCKED], v;
     for (int i = 0; i < NSPIN; i++)
         ck_assert_int_eq(mpiv_ult_spawn(spinner, (void *)(intptr_t)(i == 0), 0, &sp[i]), 0);
-    for (int i = 0; i < NBLOCKED; i++) {
-        sched_sync_init(&blocked_gate[i]);
-        ck_assert_int_eq(mpiv_ult_spawn(blocked, (void *)(intptr_t)i, 0, &bl[i]), 0);
-    }
+    spawn_fillers(bl);
     sched_sync_init(&victim_gate);
     ck_assert_int_eq(mpiv_ult_spawn(victim, NULL, 0, &v), 0);
     ck_assert_int_eq(mpiv_ult_join(v, NULL), 0);
     for (int i = 0; i < NSPIN; i++)
         ck_assert_int_eq(mpiv_ult_join(sp[i], NULL), 0);
-    for (int i = 0; i < NBLOCKED; i++)
-        sched_signal(&blocked_gate[i]);
-    for (int i = 0; i < NBLOCKED; i++)
-        ck_assert_int_eq(mpiv_ult_join(bl[i], NULL), 0);
+    release_fillers(bl);
     /* every runnable ULT runs once per sweep: between two runs of the
      * victim each spinner runs at most twice (the sweep in progress when
      * the victim became runnable, then the next) */
@@ -277,10 +289,7 @@ START_TEST(fairness_remote_signals)
         sched_sync_init(&low_gate[i]);
         ck_assert_int_eq(mpiv_ult_spawn(low_ult, (void *)(intptr_t)i, 0, &lo[i]), 0);
     }
-    for (int i = 0; i < NBLOCKED; i++) {
-        sched_sync_init(&blocked_gate[i]);
-        ck_assert_int_eq(mpiv_ult_spawn(blocked, (void *)(intptr_t)i, 0, &bl[i]), 0);
-    }
+    spawn_fillers(bl);
     sched_sync_init(&victim_gate);
     ck_assert_int_eq(mpiv_ult_spawn(remote_victim, NULL, 0, &v), 0);
     pthread_t h;
@@ -300,10 +309,7 @@ START_TEST(fairness_remote_signals)
         ck_assert_int_eq(mpiv_ult_join(lo[i], NULL), 0);
     atomic_store(&hammer_stop, 1);
     pthread_join(h, NULL);
-    for (int i = 0; i < NBLOCKED; i++)
-        sched_signal(&blocked_gate[i]);
-    for (int i = 0; i < NBLOCKED; i++)
-        ck_assert_int_eq(mpiv_ult_join(bl[i], NULL), 0);
+    release_fillers(bl);
     ck_assert_int_gt(atomic_load(&low_runs), 200); /* the low ULTs did compete */
     ck_assert_int_le(remote_max_gap, 3 * NLOW + 2);
     sched_test_stop();
