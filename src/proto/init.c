@@ -53,17 +53,23 @@ int mpiv_init(int *argc, char ***argv)
                                               : default_buckets(cfg->packets));
     if (rc)
         goto fail_pool;
-    rc = proto_rdv_init();
+    rc = proto_handle_init();
     if (rc)
         goto fail_ht;
     rc = srv_init(cfg, proto.pool, &proto.rank, &proto.size);
     if (rc)
         goto fail_rdv;
     util_log_set_rank(proto.rank);
-    srv_set_handler(PROTO_EAGER, proto_on_eager_or_rts);
-    srv_set_handler(PROTO_RTS, proto_on_eager_or_rts);
-    srv_set_handler(PROTO_RTR, proto_on_rtr);
-    srv_set_imm_handler(proto_on_imm);
+    proto.max_write = srv_max_write();
+    /* I6 (p2p.c): 4 MiB per peer, or a window of 64 full packets if
+     * packets are large; what a lagging receiver may hold per peer. */
+    proto.credit_max = 64 * (long)cfg->packet_size;
+    if (proto.credit_max < (4l << 20))
+        proto.credit_max = 4l << 20;
+    rc = proto_p2p_init();
+    if (rc)
+        goto fail_srv;
+    srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     rc = sched_init(cfg);
     if (rc)
         goto fail_srv;
@@ -88,11 +94,12 @@ int mpiv_init(int *argc, char ***argv)
 fail_sched:
     sched_finalize();
 fail_srv:
+    proto_p2p_fini();
     /* the others are in (or on their way to) the start-up barrier: let go
      * without joining it, so the launcher fails them instead */
     srv_abandon();
 fail_rdv:
-    proto_rdv_fini();
+    proto_handle_fini();
 fail_ht:
     ht_destroy(proto.ht);
 fail_pool:
@@ -116,7 +123,8 @@ int mpiv_finalize(void)
         return rc2; /* ULTs still alive: the user must join them first */
     proto.initialized = 0;
     int rc3 = srv_finalize();
-    proto_rdv_fini();
+    proto_p2p_fini();
+    proto_handle_fini();
     ht_destroy(proto.ht);
     pkt_pool_destroy(proto.pool);
     proto.ht = NULL;

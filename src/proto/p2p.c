@@ -5,19 +5,21 @@
  * Every message, whatever its size, first reaches the receiver as one packet
  * that goes through the matching table under the key (context, source, tag):
  *
- *   EAGER (size <= eager limit): the header and the whole payload.
- *   RTS   (size >  eager limit): the header only; the payload stays in the
- *                                sender's buffer, registered for RDMA.
+ *   EAGER (size <= eager limit, and eager credit left, I6): the header and
+ *                                the whole payload.
+ *   RTS   (otherwise): the header only; the payload stays in the sender's
+ *                      buffer, registered for RDMA.
  *
  * Matching (Algorithms 1 and 2 of the MPIv paper, made FIFO per key by the
  * table): a receive inserts its request, the server inserts each arrived
  * packet; whichever of the two reaches the table second gets the other's
  * value back and completes the match (proto_match). For EAGER that copies
  * the payload and completes the receive. For RTS the receiver answers with
- * an RTR naming its buffer (address, key, rendezvous slot) and the sender's
- * request taken from the RTS; the sender's server RDMA-writes the payload
- * with the slot as immediate data; the immediate completes the receive, the
- * local write completion completes the send.
+ * an RTR naming its buffer (address, key, and its own handle as the
+ * immediate) and the send's handle taken from the RTS; the sender's server
+ * RDMA-writes the payload in pieces of at most proto.max_write bytes, each
+ * carrying the immediate; the receive completes when all its bytes have
+ * landed, the send when all its writes completed locally.
  *
  * Why an RTS and not the paper's receiver-initiated RTR alone: a receiver
  * does not know the size of the message it will match. Sending an RTR for
@@ -26,60 +28,69 @@
  * first-out that stale RTR would steer a later large send into a buffer the
  * user already got back; a large message meeting a small buffer would wait
  * for an RTR that never comes. With the RTS every RTR is the answer to one
- * matched RTS and names its send request, so no RTR can be stale. Cost: one
- * extra one-way trip, only above the eager limit (measured in
- * docs/PERFORMANCE.md).
+ * matched RTS and names its send's handle, so no RTR can be stale.
+ * A receiver-initiated scheme would need per-(context, peer, tag) sequence
+ * numbers on both sides that can never be freed (a late stale RTR would
+ * meet a restarted counter), and collectives use a fresh tag per call, so
+ * that state would grow without bound.
  *
- * What a receiver-initiated RTR would need instead (worked out, not built):
- * with no wildcards the n-th send on a key matches the n-th receive, so
- * per-key sequence numbers on both sides let the sender pair RTR n with
- * send n and drop a stale one (its send went eagerly) by number. That
- * takes (1) a counter per (context, peer, tag) ever used, on both sides,
- * that can never be freed: a late stale RTR would find a freed counter
- * restarted at 0 and steer the next send on that key. Collectives use a
- * fresh tag per call (coll.c), and many codes use a step number as tag, so
- * this state grows without bound; (2) the sequence number assigned under a
- * per-key lock together with the network post (sender) and the table
- * insert (receiver), on the eager path too; (3) a header-only packet after
- * each direct write, to take the receive out of the table in FIFO place.
- * All of that buys one trip on messages that already cost several.
- *
- * States of a request:
+ * States of a request (the state word itself only says pending / waited
+ * for / complete, see proto.h; the phase below is implied by who owns it):
  *   send eager:  posted -> complete (at once, the payload was copied)
- *   send large:  posted (RTS sent) -> RTR arrived -> write done -> complete
- *                               \-> RTR "truncated" arrived -> complete
- *   receive:     posted (in table) -> matched EAGER -> complete
- *                                  \-> matched RTS -> RTR sent -> imm -> complete
- *                                  \-> matched RTS too large -> complete(TRUNCATE)
+ *   send RTS:    in the handle table (RTS sent) -> RTR taken it out:
+ *                  OK: writes in flight (the server owns it) -> complete
+ *                  NONE (truncated, or nothing to write) -> complete
+ *                  FAILED (the receiver could not take it) -> complete(PEER)
+ *   receive:     in the matching table -> matched EAGER -> complete
+ *                  -> matched RTS -> in the handle table (RTR sent)
+ *                       -> every byte landed -> complete
+ *                       -> ABORT from the sender / failed write -> complete(err)
+ *                  -> matched RTS too large -> complete(TRUNCATE)
+ *   either:      its peer failed (proto_on_peer_failed) -> complete(PEER)
  *
  * Invariants:
- *  I1 A request is completed exactly once, by proto_complete, which signals
- *     its sync object and only then publishes done = 1; after that store no
- *     MPIv thread touches the request, so its owner may free it as soon as it
- *     sees done == 1.
+ *  I1 A request is completed exactly once, by finish(), whose last access
+ *     to it is the signal of its state word; its owner may free it as soon
+ *     as a wait returns (or a test says it is complete).
  *  I2 A packet has exactly one owner: the network, the server, the table, or
  *     one matching thread; whoever matches it returns it to the pool or
  *     reuses it (the RTR is written into the matched RTS packet, so the
- *     server never has to wait for a free packet).
+ *     server never has to wait for a free packet). srv_send takes the packet
+ *     even when it fails.
  *  I3 Nothing is written past a receive buffer: an EAGER or RTS message
  *     larger than the buffer completes the receive with MPIV_ERR_TRUNCATE
- *     and copies nothing; the sender is then told by an RTR marked truncated
- *     and completes without writing.
- *  I4 A rendezvous slot maps an immediate to a receive request from the RTR
- *     until the immediate arrives; a generation count in the immediate's top
- *     bits catches a late or duplicated immediate.
+ *     and copies nothing; the sender is then told by an RTR "NONE" and
+ *     completes without writing. Every arrived packet is decoded (wire.c)
+ *     before any field of it is used, and an immediate must name a live
+ *     receive from the rank it came from, with no more bytes than it waits
+ *     for.
+ *  I4 Handles, never pointers, cross the wire (handle.c): a late or
+ *     duplicated RTR, ABORT or immediate names a taken handle and is
+ *     dropped and counted.
  *  I5 Unexpected messages (EAGER and RTS) never hold more than half of the
  *     packets the posted receives leave (proto.unexpected_max): past that,
  *     the server offers the table a heap block shaped like a packet
  *     (idx == PROTO_HEAP_IDX) and gives the packet back at once. So a
  *     sender always finds packets that only sends hold, and sends give
- *     theirs back without waiting for anything. Otherwise a rank whose
- *     packets sit in the table (messages nobody has asked for yet) or in
- *     posted receives could not send, not even the barrier its peer waits
- *     in, and both ranks would wait forever (it happened with 4 packets, 2
- *     posted: 2 held + 2 posted = all). A heap RTS is turned back into a
- *     pool packet for its RTR by the receiving thread that matches it.
+ *     theirs back without waiting for anything. A heap RTS is turned back
+ *     into a pool packet for its RTR by the receiving thread that matches
+ *     it.
+ *  I6 Flow control: a rank sends another at most proto.credit_max bytes of
+ *     eager messages (counted with their headers) that the receiver has not
+ *     consumed; the receiver gives credit back once it consumed them
+ *     (piggybacked on any packet past an eighth of it, or a CREDIT packet
+ *     past a quarter). Without
+ *     credit a message goes as an RTS, whose payload stays at the sender,
+ *     so every message still reaches the receiver's table and matching
+ *     order never waits on credit (no deadlock); what unexpected messages
+ *     hold at a receiver is then at most credit_max per peer plus one
+ *     header per pending send of that peer.
+ *  I7 A failure is reported on both sides: a rendezvous write that fails
+ *     sends the receiver an ABORT naming its handle; a peer the transport
+ *     declares failed fails every request with it that the handle table
+ *     holds; a packet that cannot be sent fails its own request.
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,26 +100,47 @@
 
 struct proto_state proto;
 
-/* --- completion ------------------------------------------------------------ */
+static _Atomic uint64_t n_aborts_sent, n_aborts_received, n_credit_packets, n_eager_as_rts;
 
-static void proto_complete(struct mpiv_request *r, int err)
+void proto_stats_drops(uint64_t out[PROTO_DROP_MAX_]);
+
+void proto_get_stats(struct proto_stats *st)
 {
-    r->status.error = err;
-    sched_signal(&r->sync);
-    /* Release: the status written above is visible to whoever sees done. I1:
-     * this is the last access to r by the completing thread. */
-    atomic_store_explicit(&r->done, 1, memory_order_release);
+    memset(st, 0, sizeof *st);
+    proto_stats_drops(st->dropped);
+    st->aborts_sent = atomic_load_explicit(&n_aborts_sent, memory_order_relaxed);
+    st->aborts_received = atomic_load_explicit(&n_aborts_received, memory_order_relaxed);
+    st->credit_packets = atomic_load_explicit(&n_credit_packets, memory_order_relaxed);
+    st->eager_as_rts = atomic_load_explicit(&n_eager_as_rts, memory_order_relaxed);
 }
+
+/* --- completion (I1) ------------------------------------------------------- */
+
+static void finish(struct mpiv_request *r, int err)
+{
+    if (r->mr) {
+        srv_mr_put(r->mr);
+        r->mr = NULL;
+    }
+    r->status.error = err;
+    /* The signal publishes everything above (release, see sched.h) and is
+     * the last access to r. */
+    sched_signal(&r->sync);
+}
+
+int proto_test(struct mpiv_request *r) { return sched_sync_signalled(&r->sync); }
 
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
 {
-    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
-        sched_wait(&r->sync);
-        /* The signal comes just before done is published (I1); the gap is a
-         * handful of instructions on the completing thread. */
-        while (!atomic_load_explicit(&r->done, memory_order_acquire))
-            util_cpu_relax();
+    if (!sched_in_ult()) {
+        /* A plain pthread drives the network itself while it waits, so it
+         * does not depend on a server that may be asleep or share its
+         * core; it blocks in the kernel only after a long quiet spell. */
+        for (unsigned i = 0; i < 1u << 16 && !proto_test(r); i++)
+            if (!srv_progress())
+                util_cpu_relax();
     }
+    sched_wait(&r->sync);
     if (status)
         *status = r->status;
     return r->status.error;
@@ -131,6 +163,21 @@ static pkt_t *proto_pkt_alloc(void)
     }
 }
 
+/* A free packet without waiting: from the server thread (which must never
+ * wait for one, I2) or for a message that may be put off. */
+static pkt_t *proto_pkt_try(bool server)
+{
+    return server ? pkt_get_server(proto.pool) : pkt_get(proto.pool, sched_worker_id());
+}
+
+static void proto_pkt_put(pkt_t *p, bool server)
+{
+    if (server)
+        pkt_put_server(proto.pool, p);
+    else
+        pkt_put(proto.pool, sched_worker_id(), p);
+}
+
 #define PROTO_HEAP_IDX UINT32_MAX
 
 /* Gives back a matched packet, or frees its heap copy (I5). */
@@ -142,10 +189,7 @@ static void proto_pkt_release(pkt_t *p, bool server)
     }
     /* relaxed: a statistic that only steers copying, never correctness */
     atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
-    if (server)
-        pkt_put_server(proto.pool, p);
-    else
-        pkt_put(proto.pool, sched_worker_id(), p);
+    proto_pkt_put(p, server);
 }
 
 /* The server, about to offer an arrived pool packet to the table: past the
@@ -170,115 +214,161 @@ static pkt_t *proto_copy_if_crowded(pkt_t *p)
     return copy;
 }
 
-/* --- rendezvous slots (I4) --------------------------------------------------- */
+/* --- flow control (I6) ------------------------------------------------------- */
 
-#define RDV_SLOT_BITS 20
-#define RDV_SLOTS (1u << RDV_SLOT_BITS)
-#define RDV_SLOT_MASK (RDV_SLOTS - 1)
+/* What an eager message costs the receiver while unexpected: its payload,
+ * its header and the packet header of a heap copy. */
+static long eager_cost(size_t size) { return (long)(size + sizeof(struct proto_hdr) + 64); }
 
-static struct {
-    util_spinlock lock;
-    struct mpiv_request **req; /* slot -> request, NULL when free          */
-    uint16_t *gen;             /* generation, bumped at every release       */
-    uint32_t *free;            /* stack of free slots                       */
-    uint32_t nfree;
-} rdv;
-
-int proto_rdv_init(void)
+/* Takes credit for an eager message to dest; false if there is not enough. */
+static bool credit_take(int dest, long cost)
 {
-    util_spin_init(&rdv.lock);
-    /* calloc'ed pages are committed only when touched: the table costs
-     * memory in proportion to the rendezvous receives in flight. */
-    rdv.req = calloc(RDV_SLOTS, sizeof *rdv.req);
-    rdv.gen = calloc(RDV_SLOTS, sizeof *rdv.gen);
-    rdv.free = malloc(RDV_SLOTS * sizeof *rdv.free);
-    if (!rdv.req || !rdv.gen || !rdv.free) {
-        proto_rdv_fini();
-        return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the rendezvous slot table");
-    }
-    for (uint32_t i = 0; i < RDV_SLOTS; i++)
-        rdv.free[i] = RDV_SLOTS - 1 - i;
-    rdv.nfree = RDV_SLOTS;
-    return MPIV_SUCCESS;
+    /* relaxed: a count; the packets themselves are ordered by the network */
+    long left = atomic_fetch_sub_explicit(&proto.credit[dest], cost, memory_order_relaxed);
+    if (left >= cost)
+        return true;
+    atomic_fetch_add_explicit(&proto.credit[dest], cost, memory_order_relaxed);
+    return false;
 }
 
-void proto_rdv_fini(void)
+static void credit_give(int src, uint32_t bytes)
 {
-    free(rdv.req);
-    free(rdv.gen);
-    free(rdv.free);
-    memset(&rdv, 0, sizeof rdv);
+    long v = atomic_fetch_add_explicit(&proto.credit[src], (long)bytes, memory_order_relaxed) +
+             (long)bytes;
+    /* A peer cannot give back more than it was given; a buggy or hostile
+     * one that does only inflates our own sends, never its memory. Clamp
+     * so the count cannot run away. */
+    if (v > proto.credit_max)
+        atomic_fetch_sub_explicit(&proto.credit[src], v - proto.credit_max, memory_order_relaxed);
 }
 
-/* Returns the immediate naming r, or UINT32_MAX when every slot is taken. */
-static uint32_t rdv_slot_get(struct mpiv_request *r)
+/* Credit owed to dest that a packet we are sending may carry back, if at
+ * least `min`: the common case pays one load. */
+static uint32_t owed_take(int dest, long min)
 {
-    util_spin_lock(&rdv.lock);
-    if (rdv.nfree == 0) {
-        util_spin_unlock(&rdv.lock);
-        return UINT32_MAX;
+    if (dest == proto.rank ||
+        atomic_load_explicit(&proto.owed[dest], memory_order_relaxed) < min)
+        return 0;
+    long v = atomic_exchange_explicit(&proto.owed[dest], 0, memory_order_relaxed);
+    if (v > (long)UINT32_MAX) {
+        atomic_fetch_add_explicit(&proto.owed[dest], v - (long)UINT32_MAX, memory_order_relaxed);
+        v = (long)UINT32_MAX;
     }
-    uint32_t s = rdv.free[--rdv.nfree];
-    rdv.req[s] = r;
-    uint32_t imm = ((uint32_t)(rdv.gen[s] & 0xfff) << RDV_SLOT_BITS) | s;
-    util_spin_unlock(&rdv.lock);
-    return imm;
+    return (uint32_t)(v > 0 ? v : 0);
 }
 
-static struct mpiv_request *rdv_slot_take(uint32_t imm)
+static void hdr_init(struct proto_hdr *h, uint8_t type, int dest)
 {
-    uint32_t s = imm & RDV_SLOT_MASK;
-    struct mpiv_request *r = NULL;
-    util_spin_lock(&rdv.lock);
-    if (rdv.req[s] && (rdv.gen[s] & 0xfff) == imm >> RDV_SLOT_BITS) {
-        r = rdv.req[s];
-        rdv.req[s] = NULL;
-        rdv.gen[s]++;
-        rdv.free[rdv.nfree++] = s;
+    memset(h, 0, sizeof *h);
+    h->type = type;
+    h->src = proto.rank;
+    h->credit = owed_take(dest, proto.credit_max / 8);
+}
+
+/* We consumed an eager message of `size` bytes from src: owe the credit
+ * back, and past a quarter of it send it back in a packet of its own. Never
+ * waits: without a free packet it stays owed (the next packet to src, or
+ * the next consumption, carries it). */
+static void credit_owe(int src, size_t size, bool server)
+{
+    if (src == proto.rank)
+        return;
+    long v = atomic_fetch_add_explicit(&proto.owed[src], eager_cost(size), memory_order_relaxed) +
+             eager_cost(size);
+    if (v < proto.credit_max / 4)
+        return;
+    pkt_t *p = proto_pkt_try(server);
+    if (!p)
+        return;
+    struct proto_hdr *h = proto_hdr_of(p);
+    hdr_init(h, PROTO_CREDIT, src);
+    h->credit = owed_take(src, 1);
+    if (!h->credit) { /* another thread took it meanwhile */
+        proto_pkt_put(p, server);
+        return;
     }
-    util_spin_unlock(&rdv.lock);
-    return r;
+    p->len = sizeof *h;
+    atomic_fetch_add_explicit(&n_credit_packets, 1, memory_order_relaxed);
+    if (srv_send(p, src) != MPIV_SUCCESS)
+        util_log_info("cannot give eager credit back to rank %d: %s", src, mpiv_error_detail());
+}
+
+/* --- failure on the other side (I7) ---------------------------------------- */
+
+/* Tells `peer` that the rendezvous receive its handle `rimm` names will not
+ * get its bytes. p: a packet to use, or NULL to take one. */
+static void send_abort(int peer, uint32_t rimm, int err, pkt_t *p, bool server)
+{
+    if (!p)
+        p = proto_pkt_try(server);
+    if (!p) {
+        util_log_error("no packet to tell rank %d that a rendezvous failed (%s)", peer,
+                       mpiv_strerror(err));
+        return;
+    }
+    struct proto_hdr *h = proto_hdr_of(p);
+    hdr_init(h, PROTO_ABORT, peer);
+    h->status = (uint16_t)err;
+    h->handle = rimm;
+    p->len = sizeof *h;
+    atomic_fetch_add_explicit(&n_aborts_sent, 1, memory_order_relaxed);
+    if (srv_send(p, peer) != MPIV_SUCCESS)
+        util_log_error("cannot tell rank %d that a rendezvous failed: %s", peer,
+                       mpiv_error_detail());
 }
 
 /* --- matching ---------------------------------------------------------------- */
 
-/* Turns the matched RTS packet p into an RTR for its sender and sends it. */
-static void proto_send_rtr(pkt_t *p, uint16_t flags, uint32_t rslot, uint64_t raddr,
-                           uint64_t rkey)
+/* Writes into packet p the RTR answering `rts` and sends it. Returns what
+ * srv_send returned (p is gone either way, I2). */
+static int send_rtr(pkt_t *p, const struct proto_hdr *rts_in, uint16_t status, uint32_t rimm,
+                    uint64_t raddr, uint64_t rkey)
 {
     struct proto_hdr *h = proto_hdr_of(p);
-    int sender = h->src;
-    h->type = PROTO_RTR;
-    h->flags = flags;
-    h->src = proto.rank;
-    h->rslot = rslot;
-    struct proto_rtr *body = (struct proto_rtr *)(h + 1);
-    body->raddr = raddr;
-    body->rkey = rkey;
-    p->len = sizeof *h + sizeof *body;
+    struct proto_hdr rts = *rts_in; /* rts_in may be p's own header */
+    int sender = rts.src;
+    hdr_init(h, PROTO_RTR, sender);
+    h->status = status;
+    h->ctx = rts.ctx;
+    h->tag = rts.tag;
+    h->size = rts.size;
+    h->handle = rts.handle;
+    p->len = sizeof *h;
+    if (status == PROTO_RTR_OK) {
+        struct proto_rtr *body = (struct proto_rtr *)(h + 1);
+        body->raddr = raddr;
+        body->rkey = rkey;
+        body->rhandle = rimm;
+        body->pad = 0;
+        p->len += sizeof *body;
+    }
     int rc = srv_send(p, sender);
     if (rc != MPIV_SUCCESS)
-        util_log_warn("cannot answer rank %d's rendezvous: %s", sender, mpiv_strerror(rc));
+        util_log_warn("cannot answer rank %d's rendezvous: %s", sender, mpiv_error_detail());
+    return rc;
 }
 
 /* Completes the match of receive r with packet p (EAGER or RTS). Called by
  * the second of the receiving thread and the server; `server` tells which,
- * for where p goes back to. */
+ * for where packets come from and go back to. */
 static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
 {
     struct proto_hdr *h = proto_hdr_of(p);
-    r->status.source = h->src;
+    int src = h->src;
+    size_t size = (size_t)h->size;
+    r->status.source = src;
     r->status.tag = (int)h->tag;
-    r->status.size = (size_t)h->size;
+    r->status.size = size;
 
     if (h->type == PROTO_EAGER) {
         int err = MPIV_SUCCESS;
-        if (h->size > r->size)
+        if (size > r->size)
             err = MPIV_ERR_TRUNCATE;
-        else if (h->size)
-            memcpy(r->buf, h + 1, (size_t)h->size);
+        else if (size)
+            memcpy(r->buf, h + 1, size);
         proto_pkt_release(p, server);
-        proto_complete(r, err);
+        credit_owe(src, size, server);
+        finish(r, err);
         return;
     }
 
@@ -290,42 +380,57 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         pkt_t *q = proto_pkt_alloc();
         memcpy(q->data, p->data, p->len);
         q->len = p->len;
+        q->peer = p->peer;
         free(p);
         p = q;
-        h = proto_hdr_of(p);
     } else {
         atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
     }
-    if (h->size > r->size) {
-        proto_send_rtr(p, PROTO_RTR_TRUNCATED, 0, 0, 0);
-        proto_complete(r, MPIV_ERR_TRUNCATE);
+    struct proto_hdr rts = *proto_hdr_of(p);
+    if (size > r->size || size == 0) {
+        send_rtr(p, &rts, PROTO_RTR_NONE, 0, 0, 0);
+        finish(r, size ? MPIV_ERR_TRUNCATE : MPIV_SUCCESS);
         return;
     }
-    int rc = srv_mr_get(r->buf, (size_t)h->size, &r->mr);
-    uint64_t raddr = 0, rkey = 0;
+    int rc = r->reg_err;
+    if (rc == MPIV_SUCCESS && !r->mr)
+        rc = srv_mr_get(r->buf, size, &r->mr); /* a small buffer (I6's RTS) */
+    uint64_t hnd = 0;
     if (rc == MPIV_SUCCESS) {
-        raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
-        rkey = r->mr->rkey;
+        r->left = size;
+        r->err = MPIV_SUCCESS;
+        hnd = proto_handle_make(r);
+        if (!hnd)
+            rc = util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
     }
-    /* Publishing the slot hands r to the imm handler: r is not touched
-     * after it (the slot lock orders everything written before). */
-    uint32_t imm = rc == MPIV_SUCCESS ? rdv_slot_get(r) : UINT32_MAX;
-    if (imm == UINT32_MAX) {
-        if (rc == MPIV_SUCCESS) {
-            srv_mr_put(r->mr);
-            rc = MPIV_ERR_NO_RESOURCES;
-        }
-        r->mr = NULL;
-        /* Refuse: the sender completes without writing; our receive fails. */
-        proto_send_rtr(p, PROTO_RTR_TRUNCATED, 0, 0, 0);
-        proto_complete(r, rc);
+    if (rc != MPIV_SUCCESS) {
+        /* Refuse: the sender's send fails; so does our receive. */
+        send_rtr(p, &rts, PROTO_RTR_FAILED, 0, 0, 0);
+        finish(r, rc);
         return;
     }
-    proto_send_rtr(p, PROTO_RTR_OK, imm, raddr, rkey);
+    uint64_t raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
+    uint64_t rkey = r->mr->rkey;
+    /* From here the handle table owns r: the immediate may complete it
+     * before send_rtr returns. Only a successful take gets it back. */
+    if (send_rtr(p, &rts, PROTO_RTR_OK, proto_handle_imm(hnd), raddr, rkey) == MPIV_SUCCESS)
+        return;
+    struct mpiv_request *mine = proto_handle_take(hnd);
+    if (!mine)
+        return;
+    finish(mine, MPIV_ERR_NET);
+    /* I7: the sender waits for an answer; try once more with a refusal,
+     * so that its send fails instead of waiting forever. If that cannot go
+     * either, the transport is broken towards it and the server declares
+     * it failed (the job then ends through the launcher). */
+    pkt_t *q = proto_pkt_try(server);
+    if (q && send_rtr(q, &rts, PROTO_RTR_FAILED, 0, 0, 0) == MPIV_SUCCESS)
+        return;
+    util_log_error("cannot answer rank %d's rendezvous at all", rts.src);
 }
 
-/* Server: an EAGER or RTS packet arrived. */
-void proto_on_eager_or_rts(pkt_t *p)
+/* Server (or a sender to its own rank): an EAGER or RTS packet arrived. */
+static void on_eager_or_rts(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     ht_key k = ht_make_key(h->ctx, (uint32_t)h->src, h->tag);
@@ -346,55 +451,174 @@ void proto_on_eager_or_rts(pkt_t *p)
     /* else the table owns p until a receive takes it (I2) */
 }
 
-static void proto_send_done(void *ctx, int err)
+/* --- the sender's side of a rendezvous ----------------------------------------- */
+
+static void send_write_done(void *ctx, int err)
 {
     struct mpiv_request *r = ctx;
-    if (r->mr)
-        srv_mr_put(r->mr);
-    r->mr = NULL;
-    proto_complete(r, err);
+    if (err != MPIV_SUCCESS && r->err == MPIV_SUCCESS) {
+        r->err = err;
+        send_abort(r->peer, (uint32_t)r->handle, err, NULL, true);
+    }
+    if (--r->pieces_out == 0)
+        finish(r, r->err);
 }
 
 /* Server, at the sender: the receiver matched our RTS. */
-void proto_on_rtr(pkt_t *p)
+static void on_rtr(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
-    struct mpiv_request *r = (struct mpiv_request *)(uintptr_t)h->sreq;
-    if (util_unlikely(!atomic_load_explicit(&r->armed, memory_order_acquire)))
-        util_fatal("RTR from rank %d names a send request that was never sent", h->src);
-    if (h->flags != PROTO_RTR_OK) {
+    int peer = h->src;
+    struct mpiv_request *r = proto_handle_peek(h->handle);
+    /* Only the server thread takes send handles once the RTS is out (the
+     * sending thread takes one back only when the RTS could not be sent),
+     * so what peek saw is still there for take. */
+    if (!r || r->kind != PROTO_REQ_SEND || r->peer != peer || r->ctx != h->ctx ||
+        (uint32_t)r->tag != h->tag || r->size != h->size || !proto_handle_take(h->handle)) {
+        proto_count_drop(PROTO_DROP_HANDLE, peer, "an RTR");
         pkt_put_server(proto.pool, p);
-        /* The receiver refused (its buffer was too small): the send is over
-         * and the receiver reports the truncation. */
-        proto_send_done(r, MPIV_SUCCESS);
+        return;
+    }
+    if (h->status == PROTO_RTR_NONE) {
+        /* truncated (the receiver reports it) or nothing to write */
+        pkt_put_server(proto.pool, p);
+        finish(r, MPIV_SUCCESS);
+        return;
+    }
+    if (h->status == PROTO_RTR_FAILED) {
+        pkt_put_server(proto.pool, p);
+        util_err(MPIV_ERR_PEER, "rank %d could not take a %zu-byte message (tag %d)", peer,
+                 r->size, r->tag);
+        finish(r, MPIV_ERR_PEER);
         return;
     }
     struct proto_rtr *body = (struct proto_rtr *)(h + 1);
-    int peer = h->src;
-    uint32_t imm = h->rslot;
     uint64_t raddr = body->raddr, rkey = body->rkey;
-    pkt_put_server(proto.pool, p);
-    int rc = srv_rdma_write_imm(r->buf, r->size, r->mr, peer, raddr, rkey, imm,
-                                proto_send_done, r);
-    if (rc != MPIV_SUCCESS)
-        proto_send_done(r, rc);
+    uint32_t rimm = body->rhandle;
+    r->handle = rimm; /* for an ABORT if a write fails */
+    size_t piece = proto.max_write;
+    size_t n = (r->size + piece - 1) / piece;
+    r->pieces_out = (int)n + 1; /* + 1 while we post: no early finish */
+    r->err = MPIV_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * piece;
+        size_t len = r->size - off < piece ? r->size - off : piece;
+        int rc = srv_rdma_write_imm((const char *)r->buf + off, len, r->mr, peer, raddr + off,
+                                    rkey, rimm, send_write_done, r);
+        if (rc != MPIV_SUCCESS) {
+            /* what was not posted will never complete */
+            r->pieces_out -= (int)(n - i - 1);
+            r->err = rc;
+            send_abort(peer, rimm, rc, p, true);
+            p = NULL;
+            send_write_done(r, MPIV_SUCCESS); /* the unposted piece i */
+            break;
+        }
+    }
+    if (p)
+        pkt_put_server(proto.pool, p);
+    send_write_done(r, MPIV_SUCCESS); /* the + 1 */
 }
 
-/* Server, at the receiver: the payload of a rendezvous has landed. */
-void proto_on_imm(uint32_t imm, int src, size_t len)
+/* --- the receiver's side of a rendezvous --------------------------------------- */
+
+/* The live rendezvous receive that rimm names, if it waits for `len` more
+ * bytes from `src`; else NULL (the caller drops what named it). */
+static struct mpiv_request *recv_named(uint32_t rimm, int src, size_t len)
 {
-    struct mpiv_request *r = rdv_slot_take(imm);
+    uint64_t hnd = proto_handle_from_imm(rimm);
+    struct mpiv_request *r = hnd ? proto_handle_peek(hnd) : NULL;
+    if (!r || r->kind != PROTO_REQ_RECV || r->status.source != src || len > r->left)
+        return NULL;
+    return r;
+}
+
+/* Server, at the receiver: a piece of a rendezvous has landed (or, with
+ * err, the transport says a write to us failed). */
+void proto_on_imm(uint32_t imm, int src, size_t len, int err)
+{
+    struct mpiv_request *r = recv_named(imm, src, err ? 0 : len);
     if (!r) {
-        util_log_error("rendezvous write from rank %d names unknown slot %#x", src, imm);
+        proto_count_drop(PROTO_DROP_IMM, src, "a rendezvous write");
         return;
     }
-    int err = MPIV_SUCCESS;
-    if (len != r->status.size)
-        err = util_err(MPIV_ERR_INTERNAL, "rendezvous from rank %d: %zu bytes landed, %zu expected",
-                       src, len, r->status.size);
-    srv_mr_put(r->mr);
-    r->mr = NULL;
-    proto_complete(r, err);
+    if (err == MPIV_SUCCESS) {
+        r->left -= len;
+        if (r->left > 0)
+            return;
+    }
+    /* Only the server thread takes receive handles after the RTR is out,
+     * so the peek above still holds. */
+    proto_handle_take(r->handle);
+    finish(r, err);
+}
+
+static void on_abort(pkt_t *p)
+{
+    struct proto_hdr *h = proto_hdr_of(p);
+    int src = h->src;
+    int err = h->status;
+    atomic_fetch_add_explicit(&n_aborts_received, 1, memory_order_relaxed);
+    struct mpiv_request *r = h->handle <= UINT32_MAX ? recv_named((uint32_t)h->handle, src, 0)
+                                                      : NULL;
+    pkt_put_server(proto.pool, p);
+    if (!r) {
+        proto_count_drop(PROTO_DROP_HANDLE, src, "an ABORT");
+        return;
+    }
+    proto_handle_take(r->handle);
+    util_log_warn("rank %d aborted a %zu-byte rendezvous (tag %d): %s", src, r->status.size,
+                  r->status.tag, mpiv_strerror(err));
+    finish(r, err == MPIV_ERR_TRUNCATE ? MPIV_ERR_NET : err);
+}
+
+/* Server: every arrived packet, before anything else looks at it. */
+void proto_on_packet(pkt_t *p)
+{
+    int src = p->peer;
+    int type = proto_decode(p, src);
+    if (type < 0) {
+        pkt_put_server(proto.pool, p);
+        return;
+    }
+    struct proto_hdr *h = proto_hdr_of(p);
+    if (h->credit && src != proto.rank)
+        credit_give(src, h->credit);
+    switch (type) {
+    case PROTO_EAGER:
+    case PROTO_RTS:
+        on_eager_or_rts(p);
+        break;
+    case PROTO_RTR:
+        on_rtr(p);
+        break;
+    case PROTO_ABORT:
+        on_abort(p);
+        break;
+    default: /* PROTO_CREDIT: its credit was all it carried */
+        pkt_put_server(proto.pool, p);
+        break;
+    }
+}
+
+/* --- a failed peer (I7) ---------------------------------------------------------- */
+
+static bool with_peer(struct mpiv_request *r, void *arg)
+{
+    int rank = *(int *)arg;
+    return r->kind == PROTO_REQ_SEND ? r->peer == rank : r->status.source == rank;
+}
+
+static void fail_peer_req(struct mpiv_request *r, void *arg)
+{
+    util_err(MPIV_ERR_PEER, "rank %d failed during the operation", *(int *)arg);
+    finish(r, MPIV_ERR_PEER);
+}
+
+void proto_on_peer_failed(int rank)
+{
+    util_log_error("rank %d failed: its pending rendezvous operations fail", rank);
+    proto_handle_take_if(with_peer, &rank, fail_peer_req);
 }
 
 /* --- operations --------------------------------------------------------------- */
@@ -403,16 +627,19 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
                      int tag, int ctx)
 {
     sched_sync_init(&r->sync);
-    atomic_init(&r->done, 0);
-    atomic_init(&r->armed, 0);
-    r->kind = kind;
+    r->kind = (uint8_t)kind;
+    r->heap = 0;
+    r->ctx = (uint8_t)ctx;
     r->buf = buf;
     r->size = size;
     r->peer = peer;
     r->tag = tag;
-    r->ctx = ctx;
     r->mr = NULL;
-    r->rslot = 0;
+    r->handle = 0;
+    r->reg_err = MPIV_SUCCESS;
+    r->left = 0;
+    r->pieces_out = 0;
+    r->err = MPIV_SUCCESS;
     r->status.source = kind == PROTO_REQ_SEND ? proto.rank : peer;
     r->status.tag = tag;
     r->status.size = kind == PROTO_REQ_SEND ? size : 0;
@@ -431,58 +658,96 @@ static int proto_deliver(pkt_t *p, int dest)
     if (dest != proto.rank)
         return srv_send(p, dest);
     p->peer = dest;
-    proto_on_eager_or_rts(p);
+    on_eager_or_rts(p);
     return MPIV_SUCCESS;
 }
 
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
-    if (size > proto.eager_limit) {
+    bool eager = size <= proto.eager_limit &&
+                 (dest == proto.rank || credit_take(dest, eager_cost(size)));
+    if (!eager && size <= proto.eager_limit)
+        atomic_fetch_add_explicit(&n_eager_as_rts, 1, memory_order_relaxed);
+    if (!eager && size) {
         int rc = srv_mr_get((void *)buf, size, &r->mr);
         if (rc != MPIV_SUCCESS)
             return rc;
     }
     pkt_t *p = proto_pkt_alloc();
     struct proto_hdr *h = proto_hdr_of(p);
+    hdr_init(h, eager ? PROTO_EAGER : PROTO_RTS, dest);
     h->ctx = (uint8_t)ctx;
-    h->flags = 0;
-    h->src = proto.rank;
     h->tag = (uint32_t)tag;
-    h->rslot = 0;
     h->size = size;
-    if (size <= proto.eager_limit) {
-        h->type = PROTO_EAGER;
-        h->sreq = 0;
+    if (eager) {
         if (size)
             memcpy(h + 1, buf, size);
         p->len = (uint32_t)(sizeof *h + size);
         int rc = proto_deliver(p, dest);
         if (rc != MPIV_SUCCESS)
             return rc;
-        proto_complete(r, MPIV_SUCCESS);
+        finish(r, MPIV_SUCCESS);
         return MPIV_SUCCESS;
     }
-    h->type = PROTO_RTS;
-    h->sreq = (uint64_t)(uintptr_t)r;
-    p->len = sizeof *h;
-    atomic_store_explicit(&r->armed, 1, memory_order_release);
-    int rc = proto_deliver(p, dest);
-    if (rc != MPIV_SUCCESS) {
-        srv_mr_put(r->mr);
+    h->handle = proto_handle_make(r);
+    if (!h->handle) {
+        pkt_put(proto.pool, sched_worker_id(), p);
+        if (r->mr)
+            srv_mr_put(r->mr);
         r->mr = NULL;
+        return util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
     }
-    return rc;
+    p->len = sizeof *h;
+    uint64_t hnd = h->handle;
+    int rc = proto_deliver(p, dest);
+    if (rc != MPIV_SUCCESS && proto_handle_take(hnd)) {
+        if (r->mr)
+            srv_mr_put(r->mr);
+        r->mr = NULL;
+        return rc;
+    }
+    return MPIV_SUCCESS;
 }
 
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_RECV, buf, size, src, tag, ctx);
+    /* A buffer that can only be filled by a rendezvous is registered here,
+     * on the receiving thread, so that the server never stalls all
+     * progress registering a large buffer when the RTS finds it posted. A
+     * failure is kept for the match (which refuses the message). */
+    if (size > proto.eager_limit)
+        r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));
     if (v != HT_EMPTY)
         proto_match(r, ht_ptr(v), false);
     return MPIV_SUCCESS;
+}
+
+int proto_p2p_init(void)
+{
+    size_t n = (size_t)proto.size;
+    proto.credit = calloc(n, sizeof *proto.credit);
+    proto.owed = calloc(n, sizeof *proto.owed);
+    if (!proto.credit || !proto.owed) {
+        proto_p2p_fini();
+        return util_err(MPIV_ERR_NO_RESOURCES, "out of memory for %zu ranks' credit", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        atomic_init(&proto.credit[i], proto.credit_max);
+        atomic_init(&proto.owed[i], 0);
+    }
+    return MPIV_SUCCESS;
+}
+
+void proto_p2p_fini(void)
+{
+    free(proto.credit);
+    free(proto.owed);
+    proto.credit = NULL;
+    proto.owed = NULL;
 }
 
 /* --- public API --------------------------------------------------------------- */
@@ -607,7 +872,7 @@ int mpiv_test(mpiv_request_t *req, int *flag, mpiv_status_t *status)
         empty_status(status);
         return MPIV_SUCCESS;
     }
-    if (!atomic_load_explicit(&(*req)->done, memory_order_acquire)) {
+    if (!proto_test(*req)) {
         *flag = 0;
         /* A pthread polling in a loop must not starve the network. */
         if (!sched_in_ult())

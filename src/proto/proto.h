@@ -1,6 +1,8 @@
 /*
- * proto.h — requests, packet headers and the state shared by the protocol
- * files (p2p.c, coll.c, init.c). See p2p.c for the protocol itself.
+ * proto.h — requests, the wire format and the state shared by the protocol
+ * files: p2p.c (the protocols and the public point-to-point calls), wire.c
+ * (decoding arrived packets: the only place that trusts nothing), handle.c
+ * (slot + generation handles), coll.c and init.c.
  */
 #ifndef MPIV_PROTO_H
 #define MPIV_PROTO_H
@@ -15,52 +17,152 @@
 #include "server/server.h"
 #include "util/util.h"
 
+/* --- wire format ------------------------------------------------------------ */
+
 /* Packet types (byte 0 of the wire data, what the server dispatches on). */
 enum proto_type {
-    PROTO_EAGER = 1, /* header + the whole message                           */
-    PROTO_RTS = 2,   /* rendezvous: a large message is ready at the sender   */
-    PROTO_RTR = 3,   /* rendezvous: the receiver's buffer (or a refusal)     */
+    PROTO_EAGER = 1,  /* header + the whole message                          */
+    PROTO_RTS = 2,    /* rendezvous: a large message waits at the sender      */
+    PROTO_RTR = 3,    /* rendezvous: the receiver's answer to one RTS         */
+    PROTO_ABORT = 4,  /* the peer's side of a rendezvous failed               */
+    PROTO_CREDIT = 5, /* eager credit given back (header only)                */
+    PROTO_TYPE_MAX_
 };
 
 /* Wire header of every protocol packet; 32 bytes. */
 struct proto_hdr {
-    uint8_t type;   /* enum proto_type                                        */
-    uint8_t ctx;    /* enum ht_ctx: user or collective traffic                */
-    uint16_t flags; /* RTR: PROTO_RTR_OK or PROTO_RTR_TRUNCATED               */
-    int32_t src;    /* sender's rank                                          */
+    uint8_t type;    /* enum proto_type                                        */
+    uint8_t ctx;     /* enum ht_ctx                                            */
+    uint16_t status; /* RTR: enum proto_rtr_status; ABORT: an mpiv_error      */
+    int32_t src;     /* sender's rank (checked against the transport's)       */
     uint32_t tag;
-    uint32_t rslot; /* RTR: the receiver's rendezvous slot (the immediate)     */
-    uint64_t size;  /* the message's size                                     */
-    uint64_t sreq;  /* RTS/RTR: the sender's request (an address at the sender) */
+    uint32_t credit; /* eager credit (bytes) given back to the receiver of
+                        this packet, piggybacked on any type                  */
+    uint64_t size;   /* the message's size                                     */
+    uint64_t handle; /* RTS, RTR: the send request's handle at the sender;
+                        ABORT: the receive's rendezvous handle                */
 };
 _Static_assert(sizeof(struct proto_hdr) == 32, "header is 32 bytes");
 
-/* RTR body, after the header. */
+/* RTR body, after the header (only when status == PROTO_RTR_OK). */
 struct proto_rtr {
-    uint64_t raddr; /* where to write                                         */
+    uint64_t raddr;   /* where to write                                      */
     uint64_t rkey;
+    uint32_t rhandle; /* the receive's rendezvous handle: the immediate       */
+    uint32_t pad;
 };
 
-#define PROTO_RTR_OK 0
-#define PROTO_RTR_TRUNCATED 1
+enum proto_rtr_status {
+    PROTO_RTR_OK = 0,     /* write size bytes to raddr, then rhandle          */
+    PROTO_RTR_NONE = 1,   /* nothing to write (buffer too small, or an empty
+                             message): the send is over                       */
+    PROTO_RTR_FAILED = 2, /* the receiver could not take it: the send fails   */
+};
+/* An RTR echoes the RTS's ctx, tag and size, so the sender can check that
+ * it answers the send its handle names. An ABORT carries, in handle, the
+ * receive's 32-bit rendezvous handle, and the error in status. */
+
+/* Contexts a packet may carry (enum ht_ctx: user and collective traffic). */
+#define PROTO_CTX_COUNT 2
+
+/* --- decoding (wire.c) --------------------------------------------------------- */
+
+/* Why a packet was dropped; counted in proto_stats. */
+enum proto_drop {
+    PROTO_DROP_SHORT,   /* shorter than a header                          */
+    PROTO_DROP_TYPE,    /* unknown type                                   */
+    PROTO_DROP_SRC,     /* src field disagrees with the transport's peer  */
+    PROTO_DROP_LEN,     /* length disagrees with the type and size fields */
+    PROTO_DROP_FIELD,   /* a field out of range (ctx, tag, status, size)  */
+    PROTO_DROP_HANDLE,  /* names no live request (late or duplicated)     */
+    PROTO_DROP_IMM,     /* an immediate that names no live receive        */
+    PROTO_DROP_MAX_
+};
+
+/* Checks every field of the packet p->data[0 .. p->len) that arrived from
+ * rank `src` (what the transport says, never the packet's own bytes)
+ * against its type. Returns the type, or -1 after counting and logging the
+ * drop (the caller gives the packet back). Never reads past p->len. */
+int proto_decode(const pkt_t *p, int src);
+
+/* Counts one dropped packet or immediate and logs it (rate-limited). */
+void proto_count_drop(enum proto_drop why, int src, const char *what);
+
+struct proto_stats {
+    uint64_t dropped[PROTO_DROP_MAX_];
+    uint64_t aborts_sent, aborts_received;
+    uint64_t credit_packets;  /* explicit CREDIT packets sent           */
+    uint64_t eager_as_rts;    /* small sends that went as RTS (no credit) */
+};
+void proto_get_stats(struct proto_stats *st);
+
+/* --- handles (handle.c) ------------------------------------------------------- */
+
+/* A handle names a live request across the wire: a slot in a table and the
+ * slot's generation. Taking a handle (at the answer that ends its use)
+ * bumps the generation, so a late or duplicated packet naming it finds a
+ * different generation and is dropped: no raw pointer ever crosses the
+ * wire. Slots are reused first-in, first-out (a freed slot goes to the back
+ * of the free ring), so a slot's generation moves once per HANDLE_SLOTS
+ * handles made in the whole process.
+ * Wire forms: 64 bits (sends: generation << HANDLE_SLOT_BITS | slot) and
+ * 32 bits (the immediate of a rendezvous write: the generation's low
+ * HANDLE_IMM_GEN_BITS bits and the slot). A stale 32-bit handle is caught
+ * unless 2^32 handles were made in between (and its source rank and size
+ * are checked as well). */
+#define HANDLE_SLOT_BITS 20
+#define HANDLE_SLOTS (1u << HANDLE_SLOT_BITS)
+#define HANDLE_IMM_GEN_BITS (32 - HANDLE_SLOT_BITS)
+
+struct mpiv_request;
+int proto_handle_init(void);
+void proto_handle_fini(void);
+/* Makes a handle for r; 0 when every slot is taken (0 is never a handle). */
+uint64_t proto_handle_make(struct mpiv_request *r);
+/* The request named by h, still owned by the table; NULL if h is stale. */
+struct mpiv_request *proto_handle_peek(uint64_t h);
+/* Takes r out of the table if h names it; NULL if stale (then nothing). */
+struct mpiv_request *proto_handle_take(uint64_t h);
+/* The 32-bit (immediate) form of a 64-bit handle, and back to a handle
+ * that proto_handle_peek/take accept if the generation's low bits match. */
+uint32_t proto_handle_imm(uint64_t h);
+uint64_t proto_handle_from_imm(uint32_t imm);
+/* Calls fn(r) on every live request (taken out of the table first) for
+ * which pred(r, arg) holds; used to fail the operations of a dead peer. */
+void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void *arg,
+                          void (*fn)(struct mpiv_request *r, void *arg));
+
+/* --- requests --------------------------------------------------------------- */
 
 enum proto_req_kind { PROTO_REQ_SEND = 1, PROTO_REQ_RECV = 2 };
 
+/*
+ * A request's life is one word: sync.state (see sched.h). 0 while pending,
+ * the waiter's identity while one waits, SIGNALLED once complete and not
+ * yet waited for. Completion writes the status, then signals (one atomic
+ * operation, the last access of the completing thread: I1 in p2p.c). A
+ * waiter that finds it complete, or is woken, owns the request again.
+ * Everything else is written before the request is published (to the
+ * table or the handle table) and owned, while pending, by exactly one
+ * party: the table, the handle table, or one thread that took it out.
+ */
 struct mpiv_request {
-    sched_sync sync;   /* the waiter sleeps here; signalled once at completion */
-    atomic_int done;   /* 1 once complete and no other thread touches it    */
-    atomic_int armed;  /* large send: 1 once the fields the server reads are
-                          written (release before the RTS goes out; the
-                          server's acquire when the RTR comes back makes the
-                          order visible even where it travels through an
-                          uninstrumented network library)                    */
-    int kind;          /* enum proto_req_kind                                */
-    int heap;          /* 1 if malloc'ed (isend/irecv), 0 if on a stack      */
-    void *buf;         /* user buffer                                        */
-    size_t size;       /* send: message size; recv: buffer capacity          */
-    int peer, tag, ctx;
-    srv_mr *mr;        /* rendezvous registration, released at completion   */
-    uint32_t rslot;    /* receive rendezvous slot                            */
+    sched_sync sync;  /* the state word                                    */
+    uint8_t kind;     /* enum proto_req_kind                                 */
+    uint8_t heap;     /* 1 if malloc'ed (isend/irecv), 0 if on a stack       */
+    uint8_t ctx;
+    void *buf;        /* user buffer                                        */
+    size_t size;      /* send: message size; recv: buffer capacity          */
+    int peer, tag;
+    srv_mr *mr;       /* rendezvous registration, released at completion   */
+    uint64_t handle;  /* rendezvous: our handle while in the handle table   */
+    int reg_err;      /* recv: why registering buf at post time failed     */
+    /* Rendezvous progress: bytes whose write or landing is not reported
+     * yet, and the first error met; owned by the server thread (handlers
+     * run one at a time) while the request is in the handle table. */
+    size_t left;
+    int pieces_out;   /* send: writes posted and not completed yet         */
+    int err;
     mpiv_status_t status;
 };
 
@@ -70,26 +172,35 @@ struct proto_state {
     struct ht_table *ht;
     int rank, size;
     size_t eager_limit;      /* payload bytes a packet carries               */
+    size_t max_write;        /* largest piece of one rendezvous write        */
     atomic_uint coll_seq;    /* collective calls so far (same on all ranks)  */
     atomic_long unexpected;  /* pool packets held in the table as unexpected */
     long unexpected_max;     /* above it, unexpected eager messages are
                                 copied out of their packet (p2p.c, I5)       */
+    /* Flow control (p2p.c, I6), per peer: eager bytes we may still send
+     * to it, and bytes of its eager messages we consumed and owe back. */
+    long credit_max;
+    atomic_long *credit;
+    atomic_long *owed;
     int initialized;
 };
 extern struct proto_state proto;
 
-/* Point-to-point on a given context (user or collective). */
+/* Point-to-point on a given context (user or collective). On failure the
+ * request is not pending (nothing to wait for). */
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r);
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r);
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status);
+/* 1 if r is complete (a later proto_wait returns at once), else 0. */
+int proto_test(struct mpiv_request *r);
 
 /* Handlers the server runs, registered by mpiv_init. */
-void proto_on_eager_or_rts(pkt_t *p);
-void proto_on_rtr(pkt_t *p);
-void proto_on_imm(uint32_t imm, int src, size_t len);
+void proto_on_packet(pkt_t *p);
+void proto_on_imm(uint32_t imm, int src, size_t len, int err);
+void proto_on_peer_failed(int rank);
 
-int proto_rdv_init(void);
-void proto_rdv_fini(void);
+int proto_p2p_init(void);
+void proto_p2p_fini(void);
 
 static inline struct proto_hdr *proto_hdr_of(pkt_t *p) { return (struct proto_hdr *)p->data; }
 

@@ -34,6 +34,14 @@ typedef struct sched_sync {
 
 static inline void sched_sync_init(sched_sync *s) { atomic_init(&s->state, 0); }
 
+/* Whether s was signalled and no wait consumed it yet (a poll: the next
+ * sched_wait returns at once). Acquire: the signaller's writes before its
+ * signal are visible to whoever sees true. */
+static inline bool sched_sync_signalled(sched_sync *s)
+{
+    return atomic_load_explicit(&s->state, memory_order_acquire) == 1;
+}
+
 /* Starts cfg->workers worker pthreads, pinned per cfg->bind. */
 int sched_init(const struct util_config *cfg);
 /* Stops the workers. MPIV_ERR_STATE if ULTs are still alive. */

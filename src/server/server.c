@@ -49,8 +49,10 @@ static struct srv_state {
     int rank, size;
     const struct srv_backend_ops *ops;
     struct srv_backend *be;
-    srv_pkt_handler handlers[SRV_MAX_TYPES];
+    srv_pkt_handler pkt_handler;
     srv_imm_handler imm_handler;
+    srv_peer_handler peer_handler;
+    size_t max_write;
 
     util_spinlock progress_lock;
     int posted_recvs;   /* receives posted (under progress_lock)     */
@@ -72,6 +74,12 @@ static struct srv_state {
     atomic_long outstanding;
     atomic_uchar *peer_dead;
 
+    /* Fault injection (tests only): the hook, and what it held back. */
+    _Atomic(srv_fault_fn) fault_fn;
+    void *fault_arg;
+    util_spinlock fault_lock;
+    struct srv_delayed *delayed; /* under fault_lock */
+
     pthread_t thread;
     /* Set once the thread runs, cleared once it has stopped. Workers read
      * it in srv_progress (their idle hook, published with a relaxed store):
@@ -85,9 +93,10 @@ static struct srv_state {
     uint64_t spin_ns, max_sleep_ns;
     struct srv_stats stats; /* under progress_lock, except sleeps: */
     atomic_ulong sleeps;    /* the idle server's, outside the lock */
-} S = {
+} srv_g = {
     .progress_lock = UTIL_SPINLOCK_INIT,
     .q_lock = UTIL_SPINLOCK_INIT,
+    .fault_lock = UTIL_SPINLOCK_INIT,
     .spin_ns = 20000,
     .max_sleep_ns = 50000,
 };
@@ -111,8 +120,8 @@ int srv_all_on_one_host(bool *one_host)
     /* Asked by pick_backend and again by the backend's init: the answer is
      * kept for this srv_init, so the job pays for one allgather (every rank
      * takes the same path, so the collective calls still pair up). */
-    if (S.one_host_known) {
-        *one_host = S.one_host;
+    if (srv_g.one_host_known) {
+        *one_host = srv_g.one_host;
         return MPIV_SUCCESS;
     }
     /* the host name, and the kernel's boot id: two machines (containers,
@@ -125,7 +134,7 @@ int srv_all_on_one_host(bool *one_host)
             mine[64] = '\0';
         fclose(f);
     }
-    int size = S.size > 0 ? S.size : 1;
+    int size = srv_g.size > 0 ? srv_g.size : 1;
     char *all = malloc(sizeof mine * (size_t)size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
@@ -135,8 +144,8 @@ int srv_all_on_one_host(bool *one_host)
         for (int r = 1; r < size; r++)
             if (memcmp(all, all + sizeof mine * (size_t)r, sizeof mine) != 0)
                 *one_host = false;
-        S.one_host = *one_host;
-        S.one_host_known = true;
+        srv_g.one_host = *one_host;
+        srv_g.one_host_known = true;
     }
     free(all);
     return rc;
@@ -144,19 +153,19 @@ int srv_all_on_one_host(bool *one_host)
 
 void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns)
 {
-    S.spin_ns = spin_ns;
-    S.max_sleep_ns = max_sleep_ns;
+    srv_g.spin_ns = spin_ns;
+    srv_g.max_sleep_ns = max_sleep_ns;
 }
 
 void srv_get_stats(struct srv_stats *st)
 {
-    util_spin_lock(&S.progress_lock);
-    *st = S.stats;
-    util_spin_unlock(&S.progress_lock);
-    st->sleeps = atomic_load_explicit(&S.sleeps, memory_order_relaxed);
+    util_spin_lock(&srv_g.progress_lock);
+    *st = srv_g.stats;
+    util_spin_unlock(&srv_g.progress_lock);
+    st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
 }
 
-const char *srv_backend_name(void) { return S.ops ? S.ops->name : "none"; }
+const char *srv_backend_name(void) { return srv_g.ops ? srv_g.ops->name : "none"; }
 
 /* --- the send queue ------------------------------------------------------ */
 
@@ -170,31 +179,36 @@ static uintptr_t *q_link(uintptr_t item)
 static void q_push(uintptr_t item)
 {
     *q_link(item) = 0;
-    util_spin_lock(&S.q_lock);
-    if (S.q_tail)
-        *q_link(S.q_tail) = item;
+    util_spin_lock(&srv_g.q_lock);
+    if (srv_g.q_tail)
+        *q_link(srv_g.q_tail) = item;
     else
-        S.q_head = item;
-    S.q_tail = item;
+        srv_g.q_head = item;
+    srv_g.q_tail = item;
     /* Incremented under the lock; a sender that reads 0 after this point
      * (relaxed is fine: the lock orders it against the drain) joins the
      * queue instead of overtaking. */
-    atomic_fetch_add_explicit(&S.q_len, 1, memory_order_relaxed);
-    util_spin_unlock(&S.q_lock);
+    atomic_fetch_add_explicit(&srv_g.q_len, 1, memory_order_relaxed);
+    util_spin_unlock(&srv_g.q_lock);
 }
 
-/* Posts one item; MPIV_SUCCESS, SRV_AGAIN or an error. */
-static int post_item(uintptr_t item)
+/* Posts one item to the backend; MPIV_SUCCESS, SRV_DONE (a packet that
+ * is free again: the caller gives it back), SRV_AGAIN or an error. Gives
+ * nothing back itself, so the caller may still read the item's link. */
+static int post_raw(uintptr_t item)
 {
-    if (item & QTAG_OP) {
-        struct srv_rdma_op *op = (struct srv_rdma_op *)(item & ~QTAG_OP);
-        return S.ops->rdma_write_imm(S.be, op);
-    }
+    if (item & QTAG_OP)
+        return srv_g.ops->rdma_write_imm(srv_g.be, (struct srv_rdma_op *)(item & ~QTAG_OP));
     pkt_t *p = (pkt_t *)item;
-    int rc = S.ops->post_send(S.be, p, p->peer);
+    return srv_g.ops->post_send(srv_g.be, p, p->peer);
+}
+
+/* After post_raw: a packet that left with the call goes back to the pool. */
+static int post_settle(uintptr_t item, int rc)
+{
     if (rc == SRV_DONE) {
-        atomic_fetch_sub_explicit(&S.outstanding, 1, memory_order_relaxed);
-        pkt_put_server(S.pool, p);
+        atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+        pkt_put_server(srv_g.pool, (pkt_t *)item);
         rc = MPIV_SUCCESS;
     }
     return rc;
@@ -202,49 +216,52 @@ static int post_item(uintptr_t item)
 
 static void fail_item(uintptr_t item, int err)
 {
-    atomic_fetch_sub_explicit(&S.outstanding, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
     if (item & QTAG_OP) {
         struct srv_rdma_op *op = (struct srv_rdma_op *)(item & ~QTAG_OP);
         if (op->done)
             op->done(op->ctx, err);
         free(op);
     } else {
-        pkt_put_server(S.pool, (pkt_t *)item);
+        pkt_put_server(srv_g.pool, (pkt_t *)item);
     }
 }
 
 /* Posts queued items in order until the backend says "not now" again.
- * The queue lock is held across each post so that no sender sees an empty
- * queue while the head is between "taken" and "posted". */
+ * Only the holder of the progress lock drains, so the head stays where it
+ * is while it is posted, outside q_lock (a post may make system calls:
+ * spinlock.h's rule): senders see a non-empty queue meanwhile and join
+ * its tail, so nothing overtakes the head. The head's link is read after
+ * the post, under q_lock, because a sender may append to it meanwhile;
+ * the item is given back only after that. */
 static int q_drain(void)
 {
     int done = 0;
-    if (atomic_load_explicit(&S.q_len, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) == 0)
         return 0;
-    uintptr_t failed[SRV_BATCH];
-    int nfailed = 0;
-    util_spin_lock(&S.q_lock);
-    while (S.q_head && nfailed < SRV_BATCH) {
-        uintptr_t item = S.q_head;
-        uintptr_t next = *q_link(item); /* the post may reuse the link */
-        int rc = post_item(item);
+    while (done < SRV_BATCH) {
+        util_spin_lock(&srv_g.q_lock);
+        uintptr_t item = srv_g.q_head;
+        util_spin_unlock(&srv_g.q_lock);
+        if (!item)
+            break;
+        int rc = post_raw(item);
         if (rc == SRV_AGAIN)
             break;
-        S.q_head = next;
-        if (!next)
-            S.q_tail = 0;
-        atomic_fetch_sub_explicit(&S.q_len, 1, memory_order_relaxed);
+        util_spin_lock(&srv_g.q_lock);
+        srv_g.q_head = *q_link(item);
+        if (!srv_g.q_head)
+            srv_g.q_tail = 0;
+        atomic_fetch_sub_explicit(&srv_g.q_len, 1, memory_order_relaxed);
+        util_spin_unlock(&srv_g.q_lock);
         done++;
+        rc = post_settle(item, rc);
         if (rc != MPIV_SUCCESS) {
             util_log_error("server: queued operation failed: %s", mpiv_error_detail());
-            failed[nfailed++] = item;
+            fail_item(item, MPIV_ERR_NET);
         }
     }
-    util_spin_unlock(&S.q_lock);
-    /* Outside the lock: a done callback may post again. */
-    for (int i = 0; i < nfailed; i++)
-        fail_item(failed[i], MPIV_ERR_NET);
-    S.stats.queued_posted += (uint64_t)done;
+    srv_g.stats.queued_posted += (uint64_t)done;
     return done;
 }
 
@@ -252,13 +269,13 @@ static int q_drain(void)
  * queues. */
 static int submit(uintptr_t item)
 {
-    atomic_fetch_add_explicit(&S.outstanding, 1, memory_order_relaxed);
-    if (atomic_load_explicit(&S.q_len, memory_order_relaxed) == 0) {
-        int rc = post_item(item);
+    atomic_fetch_add_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) == 0) {
+        int rc = post_settle(item, post_raw(item));
         if (rc == MPIV_SUCCESS)
             return MPIV_SUCCESS;
         if (rc != SRV_AGAIN) {
-            atomic_fetch_sub_explicit(&S.outstanding, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
             return rc;
         }
     }
@@ -270,24 +287,36 @@ static int submit(uintptr_t item)
 
 static int check_peer(int peer)
 {
-    if (util_unlikely(!S.inited))
+    if (util_unlikely(!srv_g.inited))
         return util_err(MPIV_ERR_STATE, "server: not initialised");
-    if (util_unlikely(peer < 0 || peer >= S.size))
-        return util_err(MPIV_ERR_RANK, "rank %d is outside [0, %d)", peer, S.size);
-    if (util_unlikely(atomic_load_explicit(&S.peer_dead[peer], memory_order_relaxed)))
+    if (util_unlikely(peer < 0 || peer >= srv_g.size))
+        return util_err(MPIV_ERR_RANK, "rank %d is outside [0, %d)", peer, srv_g.size);
+    if (util_unlikely(atomic_load_explicit(&srv_g.peer_dead[peer], memory_order_relaxed)))
         return util_err(MPIV_ERR_PEER, "rank %d is gone (an earlier transfer to it failed)",
                         peer);
     return MPIV_SUCCESS;
 }
 
+static int fault_on_send(pkt_t *p, int peer);
+
 int srv_send(pkt_t *p, int peer)
 {
     int rc = check_peer(peer);
-    if (rc)
-        return rc;
-    p->peer = peer;
-    return submit((uintptr_t)p);
+    if (util_unlikely(rc == MPIV_SUCCESS &&
+                      atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        rc = fault_on_send(p, peer);
+    if (rc == SRV_DONE)
+        return MPIV_SUCCESS; /* the hook took it */
+    if (rc == MPIV_SUCCESS) {
+        p->peer = peer;
+        rc = submit((uintptr_t)p);
+    }
+    if (rc != MPIV_SUCCESS)
+        pkt_put_server(srv_g.pool, p); /* the caller gave it to us (server.h) */
+    return rc;
 }
+
+static int fault_on_write(struct srv_rdma_op *op);
 
 int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint64_t raddr,
                        uint64_t rkey, uint32_t imm, srv_done_fn done, void *ctx)
@@ -310,62 +339,77 @@ int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint6
     op->rkey = rkey;
     op->done = done;
     op->ctx = ctx;
+    if (util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        return fault_on_write(op);
     rc = submit((uintptr_t)op | QTAG_OP);
     if (rc)
         free(op);
     return rc;
 }
 
-void srv_set_handler(uint8_t type, srv_pkt_handler fn)
+void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed)
 {
-    if (type < SRV_MAX_TYPES)
-        S.handlers[type] = fn;
+    srv_g.pkt_handler = pkt;
+    srv_g.imm_handler = imm;
+    srv_g.peer_handler = peer_failed;
 }
 
-void srv_set_imm_handler(srv_imm_handler fn) { S.imm_handler = fn; }
+size_t srv_max_write(void) { return srv_g.max_write; }
+
+bool srv_peer_alive(int peer)
+{
+    return srv_g.inited && peer >= 0 && peer < srv_g.size &&
+           !atomic_load_explicit(&srv_g.peer_dead[peer], memory_order_relaxed);
+}
 
 /* --- progress ----------------------------------------------------------- */
 
 static void refill_recvs(void)
 {
-    while (S.posted_recvs < S.recv_depth) {
-        pkt_t *p = pkt_get_server(S.pool);
-        if (p && S.stash_len < S.stash_target) {
+    while (srv_g.posted_recvs < srv_g.recv_depth) {
+        pkt_t *p = pkt_get_server(srv_g.pool);
+        if (p && srv_g.stash_len < srv_g.stash_target) {
             /* plenty: top the reserve up by one on the way */
-            pkt_t *q = pkt_get_server(S.pool);
+            pkt_t *q = pkt_get_server(srv_g.pool);
             if (q) {
-                q->next = S.stash;
-                S.stash = q;
-                S.stash_len++;
+                q->next = srv_g.stash;
+                srv_g.stash = q;
+                srv_g.stash_len++;
             }
         }
-        if (!p && S.stash) {
-            p = S.stash;
-            S.stash = p->next;
-            S.stash_len--;
+        if (!p && srv_g.stash) {
+            p = srv_g.stash;
+            srv_g.stash = p->next;
+            srv_g.stash_len--;
         }
         if (!p) {
-            if (!S.warned_no_pkt && S.posted_recvs == 0)
+            if (!srv_g.warned_no_pkt && srv_g.posted_recvs == 0)
                 util_log_warn("server: packet pool empty, no receive posted");
-            S.warned_no_pkt = true;
+            srv_g.warned_no_pkt = true;
             return;
         }
-        int rc = S.ops->post_recv(S.be, p);
+        int rc = srv_g.ops->post_recv(srv_g.be, p);
         if (rc != MPIV_SUCCESS) {
-            pkt_put_server(S.pool, p);
+            pkt_put_server(srv_g.pool, p);
             if (rc != SRV_AGAIN)
                 util_log_error("server: posting a receive failed: %s", mpiv_error_detail());
             return;
         }
-        S.posted_recvs++;
+        srv_g.posted_recvs++;
     }
-    S.warned_no_pkt = false;
+    srv_g.warned_no_pkt = false;
 }
 
+/* Progress lock held. The first time a peer is marked, the protocol
+ * fails what it has pending with that peer. */
 static void mark_dead(int peer)
 {
-    if (peer >= 0 && peer < S.size)
-        atomic_store_explicit(&S.peer_dead[peer], 1, memory_order_relaxed);
+    if (peer < 0 || peer >= srv_g.size ||
+        atomic_exchange_explicit(&srv_g.peer_dead[peer], 1, memory_order_relaxed))
+        return;
+    util_log_error("server: rank %d declared failed (a transfer with it failed)", peer);
+    if (srv_g.peer_handler)
+        srv_g.peer_handler(peer);
 }
 
 static void dispatch(struct srv_cqe *e)
@@ -373,38 +417,37 @@ static void dispatch(struct srv_cqe *e)
     switch (e->kind) {
     case SRV_CQE_RECV: {
         pkt_t *p = e->p;
-        S.posted_recvs--;
-        if (e->err) {
-            pkt_put_server(S.pool, p);
+        srv_g.posted_recvs--;
+        if (e->err || e->len > pkt_data_size(srv_g.pool)) {
+            if (!e->err)
+                util_log_error("server: a receive from rank %d reports %zu bytes in a "
+                               "%zu-byte packet", e->src, e->len, pkt_data_size(srv_g.pool));
+            pkt_put_server(srv_g.pool, p);
+            mark_dead(e->src);
             break;
         }
         p->len = (uint32_t)e->len;
         p->peer = e->src;
-        uint8_t t = p->len ? p->data[0] : 0xff;
-        srv_pkt_handler h = t < SRV_MAX_TYPES ? S.handlers[t] : NULL;
-        S.stats.recvs++;
-        if (util_likely(h != NULL)) {
-            h(p);
-        } else {
-            util_log_error("server: packet of unknown type %u (%u bytes) from rank %d dropped",
-                           t, p->len, e->src);
-            pkt_put_server(S.pool, p);
-        }
+        srv_g.stats.recvs++;
+        if (srv_g.pkt_handler)
+            srv_g.pkt_handler(p);
+        else
+            pkt_put_server(srv_g.pool, p);
         break;
     }
     case SRV_CQE_SEND:
-        atomic_fetch_sub_explicit(&S.outstanding, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
         if (e->err)
             mark_dead(e->src);
-        S.stats.sends_done++;
-        pkt_put_server(S.pool, e->p);
+        srv_g.stats.sends_done++;
+        pkt_put_server(srv_g.pool, e->p);
         break;
     case SRV_CQE_WRITE: {
         struct srv_rdma_op *op = e->op;
-        atomic_fetch_sub_explicit(&S.outstanding, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
         if (e->err)
             mark_dead(op->peer);
-        S.stats.writes_done++;
+        srv_g.stats.writes_done++;
         if (op->done)
             op->done(op->ctx, e->err);
         free(op);
@@ -412,46 +455,49 @@ static void dispatch(struct srv_cqe *e)
     }
     case SRV_CQE_IMM:
         if (e->p) {
-            S.posted_recvs--;
-            pkt_put_server(S.pool, e->p);
+            srv_g.posted_recvs--;
+            pkt_put_server(srv_g.pool, e->p);
         }
+        srv_g.stats.imms++;
+        /* An error first fails the one receive the immediate names (if it
+         * is readable), then everything else pending with that peer. */
+        if (srv_g.imm_handler)
+            srv_g.imm_handler(e->imm, e->src, e->len, e->err);
         if (e->err)
-            break;
-        S.stats.imms++;
-        if (S.imm_handler)
-            S.imm_handler(e->imm, e->src, e->len);
-        else
-            util_log_error("server: RDMA write with immediate from rank %d and no handler",
-                           e->src);
+            mark_dead(e->src);
         break;
     }
 }
+
+static int fault_on_poll(struct srv_cqe *ev, int *n);
 
 /* One round; the caller holds progress_lock. Returns how much it did. */
 static int progress_round(void)
 {
     int did = q_drain();
     struct srv_cqe ev[SRV_BATCH];
-    int n = S.ops->poll(S.be, ev, SRV_BATCH);
+    int n = srv_g.ops->poll(srv_g.be, ev, SRV_BATCH);
     if (n < 0) {
         util_log_error("server: polling the network failed: %s", mpiv_error_detail());
         n = 0;
     }
+    if (util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        did += fault_on_poll(ev, &n);
     for (int i = 0; i < n; i++)
         dispatch(&ev[i]);
-    if (S.posted_recvs < S.recv_depth)
+    if (srv_g.posted_recvs < srv_g.recv_depth)
         refill_recvs();
     return did + n;
 }
 
 int srv_progress(void)
 {
-    if (!S.inited || !atomic_load_explicit(&S.thread_started, memory_order_acquire))
+    if (!srv_g.inited || !atomic_load_explicit(&srv_g.thread_started, memory_order_acquire))
         return 0;
     int did = 0;
-    if (util_spin_trylock(&S.progress_lock)) {
+    if (util_spin_trylock(&srv_g.progress_lock)) {
         did = progress_round();
-        util_spin_unlock(&S.progress_lock);
+        util_spin_unlock(&srv_g.progress_lock);
     }
     return did;
 }
@@ -460,11 +506,11 @@ int srv_progress(void)
 
 static void pin_self(void)
 {
-    if (S.cfg.bind != UTIL_BIND_CORE)
+    if (srv_g.cfg.bind != UTIL_BIND_CORE)
         return;
-    int core = S.cfg.server_core >= 0
-                   ? (int)S.cfg.server_core
-                   : srv_default_core(S.cfg.ncores, S.cfg.local_ranks, S.cfg.local_rank);
+    int core = srv_g.cfg.server_core >= 0
+                   ? (int)srv_g.cfg.server_core
+                   : srv_default_core(srv_g.cfg.ncores, srv_g.cfg.local_ranks, srv_g.cfg.local_rank);
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(core % CPU_SETSIZE, &set);
@@ -501,11 +547,11 @@ static void *server_loop(void *arg)
     (void)arg;
     pin_self();
     uint64_t idle_start = 0, sleep = 0;
-    while (!atomic_load_explicit(&S.stop, memory_order_acquire)) {
+    while (!atomic_load_explicit(&srv_g.stop, memory_order_acquire)) {
         int did = 0;
-        if (util_spin_trylock(&S.progress_lock)) {
+        if (util_spin_trylock(&srv_g.progress_lock)) {
             did = progress_round();
-            util_spin_unlock(&S.progress_lock);
+            util_spin_unlock(&srv_g.progress_lock);
         }
         if (did) {
             idle_start = 0;
@@ -516,19 +562,19 @@ static void *server_loop(void *arg)
         if (!idle_start)
             idle_start = now;
         uint64_t idle = now - idle_start;
-        if (idle < S.spin_ns) {
+        if (idle < srv_g.spin_ns) {
             util_cpu_relax();
-        } else if (idle < 2 * S.spin_ns) {
+        } else if (idle < 2 * srv_g.spin_ns) {
             sched_yield();
         } else {
-            bool busy = atomic_load_explicit(&S.q_len, memory_order_relaxed) ||
-                        atomic_load_explicit(&S.outstanding, memory_order_relaxed);
+            bool busy = atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) ||
+                        atomic_load_explicit(&srv_g.outstanding, memory_order_relaxed);
             sleep = sleep ? sleep * 2 : 1000;
-            if (sleep > S.max_sleep_ns)
-                sleep = S.max_sleep_ns;
+            if (sleep > srv_g.max_sleep_ns)
+                sleep = srv_g.max_sleep_ns;
             if (busy && sleep > 1000)
                 sleep = 1000;
-            atomic_fetch_add_explicit(&S.sleeps, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&srv_g.sleeps, 1, memory_order_relaxed);
             sleep_ns(sleep);
         }
     }
@@ -539,16 +585,16 @@ static void *server_loop(void *arg)
 
 static int pick_backend(void)
 {
-    if (S.cfg.net == UTIL_NET_OFI) {
-        S.ops = &srv_ofi_ops;
+    if (srv_g.cfg.net == UTIL_NET_OFI) {
+        srv_g.ops = &srv_ofi_ops;
         return MPIV_SUCCESS;
     }
-    if (S.cfg.net == UTIL_NET_IBV) {
-        S.ops = &srv_ibv_ops;
+    if (srv_g.cfg.net == UTIL_NET_IBV) {
+        srv_g.ops = &srv_ibv_ops;
         return MPIV_SUCCESS;
     }
-    if (S.cfg.net == UTIL_NET_SHM) {
-        S.ops = &srv_shm_ops;
+    if (srv_g.cfg.net == UTIL_NET_SHM) {
+        srv_g.ops = &srv_shm_ops;
         return MPIV_SUCCESS;
     }
     /* auto: MPIv's own shared-memory rings when every rank is on this host
@@ -559,19 +605,19 @@ static int pick_backend(void)
     if (hrc)
         return hrc;
     if (one_host) {
-        S.ops = &srv_shm_ops;
+        srv_g.ops = &srv_shm_ops;
         return MPIV_SUCCESS;
     }
     unsigned char mine = srv_ibv_available() ? 1 : 0;
-    unsigned char *all = malloc((size_t)S.size);
+    unsigned char *all = malloc((size_t)srv_g.size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
     int rc = srv_boot_allgather(&mine, 1, all);
     if (rc == MPIV_SUCCESS) {
         bool every = true;
-        for (int r = 0; r < S.size; r++)
+        for (int r = 0; r < srv_g.size; r++)
             every = every && all[r];
-        S.ops = every ? &srv_ibv_ops : &srv_ofi_ops;
+        srv_g.ops = every ? &srv_ibv_ops : &srv_ofi_ops;
     }
     free(all);
     return rc;
@@ -579,126 +625,132 @@ static int pick_backend(void)
 
 int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, int *size)
 {
-    if (S.inited)
+    if (srv_g.inited)
         return util_err(MPIV_ERR_STATE, "server: already initialised");
-    S.cfg = *cfg;
-    S.one_host_known = false;
-    S.pool = pool;
-    S.recv_depth = (int)cfg->recv_depth;
-    int rc = srv_boot_init(&S.rank, &S.size);
+    srv_g.cfg = *cfg;
+    srv_g.one_host_known = false;
+    srv_g.pool = pool;
+    srv_g.recv_depth = (int)cfg->recv_depth;
+    int rc = srv_boot_init(&srv_g.rank, &srv_g.size);
     if (rc)
         return rc;
-    util_log_set_rank(S.rank);
+    util_log_set_rank(srv_g.rank);
     if ((rc = pick_backend()))
         goto fail_boot;
-    S.peer_dead = calloc((size_t)S.size, sizeof *S.peer_dead);
-    if (!S.peer_dead) {
+    srv_g.peer_dead = calloc((size_t)srv_g.size, sizeof *srv_g.peer_dead);
+    if (!srv_g.peer_dead) {
         rc = util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
         goto fail_boot;
     }
-    if ((rc = S.ops->init(cfg, S.rank, S.size, &S.be)))
+    if ((rc = srv_g.ops->init(cfg, srv_g.rank, srv_g.size, &srv_g.be)))
         goto fail_mem;
-    if ((rc = S.ops->reg_pool(S.be, pool)) || (rc = S.ops->exchange(S.be)) ||
-        (rc = srv_mr_cache_init(S.be, S.ops)))
+    if ((rc = srv_g.ops->reg_pool(srv_g.be, pool)) || (rc = srv_g.ops->exchange(srv_g.be)) ||
+        (rc = srv_mr_cache_init(srv_g.be, srv_g.ops)))
         goto fail_be;
-    util_log_info("server: rank %d of %d, backend %s, bootstrap %s", S.rank, S.size,
-                  S.ops->name, srv_boot_method());
-    memset(&S.stats, 0, sizeof S.stats);
-    atomic_store(&S.stop, 0);
-    S.inited = true;
-    *rank = S.rank;
-    *size = S.size;
+    srv_g.max_write = (size_t)1 << 30;
+    util_log_info("server: rank %d of %d, backend %s, bootstrap %s", srv_g.rank, srv_g.size,
+                  srv_g.ops->name, srv_boot_method());
+    memset(&srv_g.stats, 0, sizeof srv_g.stats);
+    atomic_store(&srv_g.stop, 0);
+    srv_g.inited = true;
+    *rank = srv_g.rank;
+    *size = srv_g.size;
     return MPIV_SUCCESS;
 fail_be:
-    S.ops->finalize(S.be);
-    S.be = NULL;
+    srv_g.ops->finalize(srv_g.be);
+    srv_g.be = NULL;
 fail_mem:
-    free(S.peer_dead);
-    S.peer_dead = NULL;
+    free(srv_g.peer_dead);
+    srv_g.peer_dead = NULL;
 fail_boot:
     srv_boot_finalize();
-    S.ops = NULL;
+    srv_g.ops = NULL;
     return rc;
 }
 
 int srv_start(void)
 {
-    if (!S.inited || atomic_load_explicit(&S.thread_started, memory_order_relaxed))
+    if (!srv_g.inited || atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed))
         return util_err(MPIV_ERR_STATE, "server: srv_start before srv_init or twice");
-    util_spin_lock(&S.progress_lock);
+    util_spin_lock(&srv_g.progress_lock);
     refill_recvs();
-    util_spin_unlock(&S.progress_lock);
-    if (S.posted_recvs == 0)
+    util_spin_unlock(&srv_g.progress_lock);
+    if (srv_g.posted_recvs == 0)
         return util_err(MPIV_ERR_NO_RESOURCES,
                         "server: could not post any receive packet (pool of %zu packets)",
-                        pkt_count(S.pool));
+                        pkt_count(srv_g.pool));
     /* At most recv_depth, and at most a quarter of what senders keep. */
-    S.stash_target = S.recv_depth;
-    long spare = ((long)pkt_count(S.pool) - S.recv_depth) / 4;
-    if (S.stash_target > spare)
-        S.stash_target = (int)(spare > 0 ? spare : 0);
-    int rc = pthread_create(&S.thread, NULL, server_loop, NULL);
+    srv_g.stash_target = srv_g.recv_depth;
+    long spare = ((long)pkt_count(srv_g.pool) - srv_g.recv_depth) / 4;
+    if (srv_g.stash_target > spare)
+        srv_g.stash_target = (int)(spare > 0 ? spare : 0);
+    int rc = pthread_create(&srv_g.thread, NULL, server_loop, NULL);
     if (rc)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: pthread_create: %s", strerror(rc));
-    atomic_store_explicit(&S.thread_started, true, memory_order_release);
+    atomic_store_explicit(&srv_g.thread_started, true, memory_order_release);
     return MPIV_SUCCESS;
 }
 
 int srv_boot_barrier_all(void) { return srv_boot_barrier(); }
 
+static void fault_flush(void);
+
 /* What srv_finalize and srv_abandon share: stop the thread, close the
  * backend, give the packets back, leave the job (graceful) or let go. */
 static void srv_teardown(bool graceful)
 {
-    if (atomic_load_explicit(&S.thread_started, memory_order_relaxed)) {
-        atomic_store_explicit(&S.stop, 1, memory_order_release);
-        pthread_join(S.thread, NULL);
+    if (atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed)) {
+        atomic_store_explicit(&srv_g.stop, 1, memory_order_release);
+        pthread_join(srv_g.thread, NULL);
         /* relaxed: nothing is published by the clearing */
-        atomic_store_explicit(&S.thread_started, false, memory_order_relaxed);
+        atomic_store_explicit(&srv_g.thread_started, false, memory_order_relaxed);
     }
-    while (S.stash) {
-        pkt_t *p = S.stash;
-        S.stash = p->next;
-        pkt_put_server(S.pool, p);
+    while (srv_g.stash) {
+        pkt_t *p = srv_g.stash;
+        srv_g.stash = p->next;
+        pkt_put_server(srv_g.pool, p);
     }
-    S.stash_len = 0;
+    srv_g.stash_len = 0;
     srv_mr_cache_fini();
-    S.ops->finalize(S.be);
-    S.be = NULL;
+    srv_g.ops->finalize(srv_g.be);
+    srv_g.be = NULL;
     /* Packets still in the queue (only after a failure) belong to the
      * pool, which the caller destroys next. */
-    S.q_head = S.q_tail = 0;
-    atomic_store(&S.q_len, 0);
-    atomic_store(&S.outstanding, 0);
-    S.posted_recvs = 0;
-    free(S.peer_dead);
-    S.peer_dead = NULL;
+    srv_g.q_head = srv_g.q_tail = 0;
+    atomic_store(&srv_g.q_len, 0);
+    atomic_store(&srv_g.outstanding, 0);
+    srv_g.posted_recvs = 0;
+    free(srv_g.peer_dead);
+    srv_g.peer_dead = NULL;
     if (graceful)
         srv_boot_finalize();
     else
         srv_boot_abandon();
-    S.inited = false;
-    S.ops = NULL;
-    memset(S.handlers, 0, sizeof S.handlers);
-    S.imm_handler = NULL;
+    srv_g.inited = false;
+    srv_g.ops = NULL;
+    srv_g.pkt_handler = NULL;
+    srv_g.imm_handler = NULL;
+    srv_g.peer_handler = NULL;
+    atomic_store(&srv_g.fault_fn, NULL);
+    fault_flush();
 }
 
 int srv_finalize(void)
 {
-    if (!S.inited)
+    if (!srv_g.inited)
         return util_err(MPIV_ERR_STATE, "server: not initialised");
     int rc = MPIV_SUCCESS;
     /* Let our sends and writes finish (the thread, or we, progress them). */
     uint64_t deadline = util_now_ns() + 10ull * 1000000000u;
-    while (atomic_load_explicit(&S.outstanding, memory_order_relaxed) > 0) {
-        if (!atomic_load_explicit(&S.thread_started, memory_order_relaxed) &&
-            util_spin_trylock(&S.progress_lock)) {
+    while (atomic_load_explicit(&srv_g.outstanding, memory_order_relaxed) > 0) {
+        if (!atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed) &&
+            util_spin_trylock(&srv_g.progress_lock)) {
             progress_round();
-            util_spin_unlock(&S.progress_lock);
+            util_spin_unlock(&srv_g.progress_lock);
         }
         if (util_now_ns() > deadline) {
             rc = util_err(MPIV_ERR_NET, "server: %ld operations still outstanding after 10 s",
-                          (long)atomic_load(&S.outstanding));
+                          (long)atomic_load(&srv_g.outstanding));
             break;
         }
         sched_yield();
@@ -714,6 +766,228 @@ int srv_finalize(void)
 
 void srv_abandon(void)
 {
-    if (S.inited)
+    if (srv_g.inited)
         srv_teardown(false);
 }
+
+/* --- fault injection (tests only, see server.h) ------------------------- */
+
+/* Something the hook held back: a packet to send, or a completion. */
+struct srv_delayed {
+    struct srv_delayed *next;
+    int rounds;     /* progress rounds left before it happens            */
+    pkt_t *p;       /* a packet to send to `peer`, or NULL: cqe instead   */
+    int peer;
+    bool local;     /* a write failed locally: its peer stays alive     */
+    struct srv_cqe cqe;
+};
+
+#define FAULT_DELAY_ROUNDS 16
+
+void srv_fault_set(srv_fault_fn fn, void *arg)
+{
+    srv_g.fault_arg = arg;
+    /* release: the argument before the hook that reads it */
+    atomic_store_explicit(&srv_g.fault_fn, fn, memory_order_release);
+}
+
+static enum srv_fault_action fault_ask(enum srv_fault_point point, int peer,
+                                       const unsigned char *data, size_t len, uint32_t imm)
+{
+    /* acquire: pairs with srv_fault_set */
+    srv_fault_fn fn = atomic_load_explicit(&srv_g.fault_fn, memory_order_acquire);
+    if (!fn)
+        return SRV_FAULT_PASS;
+    struct srv_fault_event ev = {point, peer, data, len, imm};
+    return fn(&ev, srv_g.fault_arg);
+}
+
+static void fault_hold(pkt_t *p, int peer, const struct srv_cqe *cqe, int rounds)
+{
+    struct srv_delayed *d = calloc(1, sizeof *d);
+    if (!d)
+        util_fatal("server: out of memory holding back an injected fault");
+    d->rounds = rounds;
+    d->p = p;
+    d->peer = peer;
+    if (cqe)
+        d->cqe = *cqe;
+    util_spin_lock(&srv_g.fault_lock);
+    struct srv_delayed **tail = &srv_g.delayed;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = d;
+    util_spin_unlock(&srv_g.fault_lock);
+}
+
+/* A copy of packet p from the pool, or NULL if none is free. */
+static pkt_t *fault_copy(const pkt_t *p, size_t len)
+{
+    pkt_t *q = pkt_get_server(srv_g.pool);
+    if (q) {
+        memcpy(q->data, p->data, len);
+        q->len = (uint32_t)len;
+        q->peer = p->peer;
+    }
+    return q;
+}
+
+/* srv_send's part: MPIV_SUCCESS (send p as usual), SRV_DONE (the hook took
+ * p) or an error (srv_send fails and gives p back). */
+static int fault_on_send(pkt_t *p, int peer)
+{
+    switch (fault_ask(SRV_FAULT_SEND, peer, p->data, p->len, 0)) {
+    case SRV_FAULT_DROP:
+        pkt_put_server(srv_g.pool, p);
+        return SRV_DONE;
+    case SRV_FAULT_FAIL:
+        return util_err(MPIV_ERR_NET, "server: sending to rank %d failed (injected)", peer);
+    case SRV_FAULT_DUP: {
+        pkt_t *q = fault_copy(p, p->len);
+        if (q) {
+            q->peer = peer;
+            if (submit((uintptr_t)q) != MPIV_SUCCESS)
+                pkt_put_server(srv_g.pool, q);
+        }
+        return MPIV_SUCCESS;
+    }
+    case SRV_FAULT_DELAY:
+        fault_hold(p, peer, NULL, FAULT_DELAY_ROUNDS);
+        return SRV_DONE;
+    case SRV_FAULT_PASS:
+        break;
+    }
+    return MPIV_SUCCESS;
+}
+
+static int fault_on_write(struct srv_rdma_op *op)
+{
+    enum srv_fault_action a = fault_ask(SRV_FAULT_WRITE, op->peer, NULL, op->len, op->imm);
+    if (a == SRV_FAULT_FAIL) {
+        /* as a backend reports a failed write: its completion, with err */
+        atomic_fetch_add_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+        struct srv_cqe e = {.kind = SRV_CQE_WRITE, .err = MPIV_ERR_NET, .src = op->peer, .op = op};
+        fault_hold(NULL, op->peer, &e, 1);
+        util_spin_lock(&srv_g.fault_lock);
+        for (struct srv_delayed *d = srv_g.delayed; d; d = d->next)
+            if (d->cqe.op == op)
+                d->local = true;
+        util_spin_unlock(&srv_g.fault_lock);
+        return MPIV_SUCCESS;
+    }
+    if (a == SRV_FAULT_DUP) {
+        struct srv_rdma_op *twin = malloc(sizeof *twin);
+        if (twin) {
+            *twin = *op;
+            memset(twin->be, 0, sizeof twin->be);
+            twin->done = NULL; /* its completion is nobody's */
+            if (submit((uintptr_t)twin | QTAG_OP) != MPIV_SUCCESS)
+                free(twin);
+        }
+    }
+    int rc = submit((uintptr_t)op | QTAG_OP);
+    if (rc)
+        free(op);
+    return rc;
+}
+
+/* Progress lock held: applies the hook to the arrived completions ev[0..*n)
+ * (removing what it drops or holds back), then dispatches what it held back
+ * whose time has come. Returns how many of those it dispatched. */
+static int fault_on_poll(struct srv_cqe *ev, int *n)
+{
+    int out = 0;
+    for (int i = 0; i < *n; i++) {
+        struct srv_cqe *e = &ev[i];
+        enum srv_fault_action a = SRV_FAULT_PASS;
+        if (e->kind == SRV_CQE_RECV && !e->err)
+            a = fault_ask(SRV_FAULT_RECV, e->src, e->p->data, e->len, 0);
+        else if (e->kind == SRV_CQE_IMM && !e->err)
+            a = fault_ask(SRV_FAULT_IMM, e->src, NULL, e->len, e->imm);
+        switch (a) {
+        case SRV_FAULT_DROP:
+            if (e->p) {
+                srv_g.posted_recvs--;
+                pkt_put_server(srv_g.pool, e->p);
+            }
+            continue;
+        case SRV_FAULT_DELAY:
+            fault_hold(NULL, e->src, e, FAULT_DELAY_ROUNDS);
+            continue;
+        case SRV_FAULT_FAIL:
+            e->err = MPIV_ERR_NET;
+            break;
+        case SRV_FAULT_DUP: {
+            struct srv_cqe twin = *e;
+            twin.p = NULL;
+            if (e->kind == SRV_CQE_RECV) {
+                twin.p = fault_copy(e->p, e->len);
+                if (!twin.p)
+                    break;
+                twin.p->peer = e->src;
+                srv_g.posted_recvs++; /* dispatch counts it as a posted one */
+            }
+            fault_hold(NULL, e->src, &twin, 0);
+            break;
+        }
+        case SRV_FAULT_PASS:
+            break;
+        }
+        ev[out++] = *e;
+    }
+    *n = out;
+
+    /* Take out what is due, then act on it outside fault_lock. */
+    struct srv_delayed *due = NULL, **dtail = &due;
+    util_spin_lock(&srv_g.fault_lock);
+    for (struct srv_delayed **pp = &srv_g.delayed; *pp;) {
+        struct srv_delayed *d = *pp;
+        if (d->rounds-- > 0) {
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        d->next = NULL;
+        *dtail = d;
+        dtail = &d->next;
+    }
+    util_spin_unlock(&srv_g.fault_lock);
+    int did = 0;
+    while (due) {
+        struct srv_delayed *d = due;
+        due = d->next;
+        if (d->p) {
+            d->p->peer = d->peer;
+            if (submit((uintptr_t)d->p) != MPIV_SUCCESS)
+                pkt_put_server(srv_g.pool, d->p);
+        } else if (d->local) {
+            struct srv_rdma_op *op = d->cqe.op;
+            atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+            if (op->done)
+                op->done(op->ctx, d->cqe.err);
+            free(op);
+        } else {
+            dispatch(&d->cqe);
+        }
+        free(d);
+        did++;
+    }
+    return did;
+}
+
+static void fault_flush(void)
+{
+    struct srv_delayed *d = srv_g.delayed;
+    srv_g.delayed = NULL;
+    while (d) {
+        struct srv_delayed *next = d->next;
+        pkt_t *p = d->p ? d->p : d->cqe.p;
+        if (p)
+            pkt_put_server(srv_g.pool, p);
+        if (!d->p && d->cqe.kind == SRV_CQE_WRITE)
+            free(d->cqe.op);
+        free(d);
+        d = next;
+    }
+}
+

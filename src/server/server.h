@@ -12,22 +12,27 @@
 #ifndef MPIV_SERVER_H
 #define MPIV_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "pktpool/pktpool.h"
 #include "util/util.h"
 
-/* An arrived packet: p->data[0] is its type, p->len its length, p->peer its
- * source. The handler owns p and must give it back (pkt_put_server) or keep
- * it and give it back later. */
+/* An arrived packet: p->len bytes of p->data from rank p->peer (the rank
+ * the transport received it from, never a value read from the packet).
+ * The handler owns p and must give it back (pkt_put_server) or keep it and
+ * give it back later. */
 typedef void (*srv_pkt_handler)(pkt_t *p);
 /* Remote side of an RDMA write with immediate: `len` bytes from rank `src`
- * have landed; `imm` is the writer's immediate data. */
-typedef void (*srv_imm_handler)(uint32_t imm, int src, size_t len);
+ * have landed; `imm` is the writer's immediate data. With err set the
+ * transport reports a write to us that failed (imm may then be garbage). */
+typedef void (*srv_imm_handler)(uint32_t imm, int src, size_t len, int err);
 /* Local side of an RDMA write: its source buffer may be reused. err is
  * MPIV_SUCCESS or MPIV_ERR_NET / MPIV_ERR_PEER. */
 typedef void (*srv_done_fn)(void *ctx, int err);
+/* A peer the transport declared failed (once per peer). */
+typedef void (*srv_peer_handler)(int rank);
 
 /* A registered memory region (refcounted through the registration cache). */
 typedef struct srv_mr {
@@ -39,13 +44,12 @@ typedef struct srv_mr {
     void *desc;     /* backend descriptor for local use                      */
 } srv_mr;
 
-#define SRV_MAX_TYPES 32
-
 /* Joins the job (bootstrap), opens the backend, registers the pool's region.
  * Sets *rank and *size. Does not start the thread yet. */
 int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, int *size);
-void srv_set_handler(uint8_t type, srv_pkt_handler fn);
-void srv_set_imm_handler(srv_imm_handler fn);
+/* Handlers run by whoever holds the progress lock (the server thread, or a
+ * thread in srv_progress), one at a time. */
+void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed);
 /* Posts the receive packets and starts the server thread. */
 int srv_start(void);
 /* A barrier over all ranks through the bootstrap (slow path: start, end). */
@@ -60,8 +64,8 @@ int srv_finalize(void);
 void srv_abandon(void);
 
 /* Sends p->len bytes of p->data to `peer` (may be this rank). Ownership of p
- * passes to the server, which returns it to the pool once sent.
- * MPIV_ERR_PEER if peer is known to be gone. */
+ * passes to the server, which returns it to the pool once sent, or at once
+ * when the send fails (MPIV_ERR_PEER if peer is known to be gone). */
 int srv_send(pkt_t *p, int peer);
 
 /* Writes len bytes from local buf (inside registered region lmr) to the
@@ -70,6 +74,12 @@ int srv_send(pkt_t *p, int peer);
  * be reused. len may be 0 (only the immediate is delivered). */
 int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint64_t raddr,
                        uint64_t rkey, uint32_t imm, srv_done_fn done, void *ctx);
+
+/* The largest len one srv_rdma_write_imm may carry on this backend. */
+size_t srv_max_write(void);
+
+/* Whether the transport still considers `peer` alive. */
+bool srv_peer_alive(int peer);
 
 /* Registration cache: repeated registrations of one buffer cost one lookup.
  * srv_mr_put releases the reference; memory freed by the user stays correct
@@ -82,5 +92,34 @@ void srv_mr_put(srv_mr *mr);
  * from any thread; returns at once if another thread is progressing.
  * Returns how many operations and completions it handled (0: nothing). */
 int srv_progress(void);
+
+/* --- fault injection (tests only) -------------------------------------------
+ * A hook that sees every packet sent and arrived and every RDMA write
+ * posted and landed, and says what to do with it, so that tests force the
+ * orderings and failures they check instead of hoping for them. The hook
+ * runs on whichever thread sends (SEND, WRITE) or progresses (RECV, IMM),
+ * so it must be thread-safe. */
+enum srv_fault_point { SRV_FAULT_SEND, SRV_FAULT_WRITE, SRV_FAULT_RECV, SRV_FAULT_IMM };
+enum srv_fault_action {
+    SRV_FAULT_PASS,  /* as usual                                                */
+    SRV_FAULT_DROP,  /* SEND, RECV, IMM: lost (SEND: srv_send still succeeds)   */
+    SRV_FAULT_DUP,   /* all: happens twice (WRITE: the second is not reported)  */
+    SRV_FAULT_DELAY, /* SEND, RECV, IMM: held back for a few progress rounds,
+                        so that later ones overtake it                          */
+    SRV_FAULT_FAIL,  /* SEND: srv_send fails; WRITE: completes with an error,
+                        nothing written (a local failure: the peer stays
+                        alive); RECV, IMM: reported as a failed completion
+                        (the peer is then declared failed)                      */
+};
+struct srv_fault_event {
+    enum srv_fault_point point;
+    int peer;                   /* destination (SEND, WRITE) or source     */
+    const unsigned char *data;  /* SEND, RECV: the packet's bytes          */
+    size_t len;                 /* bytes of the packet or of the write     */
+    uint32_t imm;               /* WRITE, IMM                              */
+};
+typedef enum srv_fault_action (*srv_fault_fn)(const struct srv_fault_event *ev, void *arg);
+/* Installs fn (NULL removes it). */
+void srv_fault_set(srv_fault_fn fn, void *arg);
 
 #endif

@@ -1,0 +1,161 @@
+/*
+ * handle.c — slot + generation handles: how a request is named on the wire
+ * (see proto.h). A rendezvous send is named in its RTS and the RTR that
+ * answers it; a rendezvous receive in the RTR's immediate; either in an
+ * ABORT. Whoever ends the handle's use takes it (proto_handle_take), which
+ * bumps the slot's generation: a second, late or forged packet naming the
+ * same handle then finds nothing and is dropped.
+ *
+ * Invariants (all under `lock`):
+ *  H1 req[s] != NULL  <=>  s is not in the free ring.
+ *  H2 gen[s] changes exactly when req[s] goes back to NULL, so a handle
+ *     (gen, s) names req[s] only from make to take.
+ *  H3 The free ring is first-in, first-out: a slot freed now is reused only
+ *     after every slot freed before it, so a slot's generation moves at
+ *     most once per HANDLE_SLOTS handles of the whole process.
+ *  H4 Handle value 0 is never made (generations start at 1).
+ * The table costs memory in proportion to the slots ever used at once:
+ * calloc'ed pages are committed when first touched.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "util/spinlock.h"
+
+#define SLOT_MASK (HANDLE_SLOTS - 1)
+#define IMM_GEN_MASK ((1u << HANDLE_IMM_GEN_BITS) - 1)
+
+static struct {
+    util_spinlock lock;
+    struct mpiv_request **req;
+    uint64_t *gen;      /* 44 significant bits: (gen << 20 | slot) fits 64 */
+    uint32_t *ring;     /* free slots, FIFO (H3)                           */
+    uint32_t head, len; /* next free slot at ring[head], len of them       */
+} handles;
+
+int proto_handle_init(void)
+{
+    util_spin_init(&handles.lock);
+    handles.req = calloc(HANDLE_SLOTS, sizeof *handles.req);
+    handles.gen = calloc(HANDLE_SLOTS, sizeof *handles.gen);
+    handles.ring = malloc(HANDLE_SLOTS * sizeof *handles.ring);
+    if (!handles.req || !handles.gen || !handles.ring) {
+        proto_handle_fini();
+        return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the handle table");
+    }
+    for (uint32_t i = 0; i < HANDLE_SLOTS; i++)
+        handles.ring[i] = i;
+    handles.head = 0;
+    handles.len = HANDLE_SLOTS;
+    return MPIV_SUCCESS;
+}
+
+void proto_handle_fini(void)
+{
+    free(handles.req);
+    free(handles.gen);
+    free(handles.ring);
+    memset(&handles, 0, sizeof handles);
+}
+
+static uint64_t handle_of(uint32_t s) { return ((handles.gen[s] + 1) << HANDLE_SLOT_BITS) | s; }
+
+uint64_t proto_handle_make(struct mpiv_request *r)
+{
+    util_spin_lock(&handles.lock);
+    if (handles.len == 0) {
+        util_spin_unlock(&handles.lock);
+        return 0;
+    }
+    uint32_t s = handles.ring[handles.head];
+    handles.head = (handles.head + 1) & SLOT_MASK;
+    handles.len--;
+    handles.req[s] = r;
+    uint64_t h = handle_of(s); /* H4: gen + 1 >= 1 */
+    r->handle = h;
+    util_spin_unlock(&handles.lock);
+    return h;
+}
+
+/* The slot h names if its generation matches; lock held. */
+static int slot_of(uint64_t h)
+{
+    uint32_t s = (uint32_t)(h & SLOT_MASK);
+    if (h == 0 || !handles.req || !handles.req[s] || handle_of(s) != h)
+        return -1;
+    return (int)s;
+}
+
+static void slot_free(uint32_t s)
+{
+    handles.req[s] = NULL;
+    handles.gen[s]++; /* H2 */
+    handles.ring[(handles.head + handles.len) & SLOT_MASK] = s;
+    handles.len++;
+}
+
+struct mpiv_request *proto_handle_peek(uint64_t h)
+{
+    util_spin_lock(&handles.lock);
+    int s = slot_of(h);
+    struct mpiv_request *r = s >= 0 ? handles.req[s] : NULL;
+    util_spin_unlock(&handles.lock);
+    return r;
+}
+
+struct mpiv_request *proto_handle_take(uint64_t h)
+{
+    util_spin_lock(&handles.lock);
+    int s = slot_of(h);
+    struct mpiv_request *r = NULL;
+    if (s >= 0) {
+        r = handles.req[s];
+        slot_free((uint32_t)s);
+    }
+    util_spin_unlock(&handles.lock);
+    return r;
+}
+
+uint32_t proto_handle_imm(uint64_t h)
+{
+    uint32_t s = (uint32_t)(h & SLOT_MASK);
+    uint32_t g = (uint32_t)(h >> HANDLE_SLOT_BITS) & IMM_GEN_MASK;
+    return (g << HANDLE_SLOT_BITS) | s;
+}
+
+uint64_t proto_handle_from_imm(uint32_t imm)
+{
+    uint32_t s = imm & SLOT_MASK;
+    uint32_t g = imm >> HANDLE_SLOT_BITS;
+    util_spin_lock(&handles.lock);
+    uint64_t h = 0;
+    if (handles.req && handles.req[s] && (((handles.gen[s] + 1) & IMM_GEN_MASK) == g))
+        h = handle_of(s);
+    util_spin_unlock(&handles.lock);
+    return h;
+}
+
+void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void *arg,
+                          void (*fn)(struct mpiv_request *r, void *arg))
+{
+    enum { BATCH = 64 };
+    struct mpiv_request *batch[BATCH];
+    uint32_t next = 0;
+    /* fn runs outside the lock (it completes requests, which may send);
+     * slots are visited in batches so the lock is never held long. */
+    while (next < HANDLE_SLOTS) {
+        int n = 0;
+        util_spin_lock(&handles.lock);
+        for (; next < HANDLE_SLOTS && n < BATCH; next++) {
+            struct mpiv_request *r = handles.req ? handles.req[next] : NULL;
+            if (r && pred(r, arg)) {
+                batch[n++] = r;
+                slot_free(next);
+            }
+        }
+        util_spin_unlock(&handles.lock);
+        for (int i = 0; i < n; i++)
+            fn(batch[i], arg);
+    }
+}

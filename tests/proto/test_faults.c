@@ -1,0 +1,374 @@
+/*
+ * Fault-injection tests of the protocol (issue: nothing hangs, nothing
+ * trusts the wire). Run under mpiv_run with 2 ranks; each case is its own
+ * job (CK_RUN_CASE), because some leave a rank's view of the other changed.
+ * Rank 0 sends, rank 1 receives. A hook in the server (srv_fault_set) sees
+ * every packet and write and forces one ordering or failure; the checks
+ * are the outcome on both sides and the protocol's drop counters.
+ */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpiv.h"
+#include "proto/proto.h"
+
+static int me;
+static size_t big; /* surely a rendezvous */
+
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
+                      mpiv_error_detail());                                                  \
+    } while (0)
+
+static void fill(unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 31u + seed);
+}
+
+static size_t first_bad(const unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(i * 31u + seed))
+            return i;
+    return n;
+}
+
+/* The hook: on `point`, for packets of `type` (0: any) or any write/imm,
+ * applies `action` to the `nth` event (1-based; 0: every one) and passes
+ * the rest. */
+static struct {
+    enum srv_fault_point point;
+    int type;
+    enum srv_fault_action action;
+    int nth;
+    atomic_int seen;
+    atomic_int applied;
+} rule;
+
+static enum srv_fault_action hook(const struct srv_fault_event *ev, void *arg)
+{
+    (void)arg;
+    if (ev->point != rule.point)
+        return SRV_FAULT_PASS;
+    if ((ev->point == SRV_FAULT_SEND || ev->point == SRV_FAULT_RECV) && rule.type &&
+        (ev->len == 0 || ev->data[0] != rule.type))
+        return SRV_FAULT_PASS;
+    if (atomic_fetch_add(&rule.seen, 1) + 1 != rule.nth && rule.nth != 0)
+        return SRV_FAULT_PASS;
+    atomic_fetch_add(&rule.applied, 1);
+    return rule.action;
+}
+
+static void arm(enum srv_fault_point point, int type, enum srv_fault_action action, int nth)
+{
+    rule.point = point;
+    rule.type = type;
+    rule.action = action;
+    rule.nth = nth;
+    atomic_store(&rule.seen, 0);
+    atomic_store(&rule.applied, 0);
+    srv_fault_set(hook, NULL);
+}
+
+static uint64_t drops(enum proto_drop why)
+{
+    struct proto_stats st;
+    proto_get_stats(&st);
+    return st.dropped[why];
+}
+
+/* One message 0 -> 1 with the hook armed on rank `on` (-1: nowhere);
+ * returns what this rank's send or receive returned. */
+static int exchange(int on, enum srv_fault_point point, int type, enum srv_fault_action action,
+                    size_t size)
+{
+    unsigned char *buf = malloc(size);
+    ck_assert_ptr_nonnull(buf);
+    OK(mpiv_barrier());
+    if (me == on)
+        arm(point, type, action, 1);
+    int rc;
+    mpiv_status_t st;
+    if (me == 0) {
+        fill(buf, size, 7);
+        rc = mpiv_send(buf, size, 1, 5);
+    } else {
+        memset(buf, 0, size);
+        rc = mpiv_recv(buf, size, 0, 5, &st);
+        if (rc == MPIV_SUCCESS) {
+            ck_assert_uint_eq(st.size, size);
+            ck_assert_uint_eq(first_bad(buf, size, 7), size);
+        }
+    }
+    if (me == on) {
+        /* the fault happened, once */
+        ck_assert_int_eq(atomic_load(&rule.applied), 1);
+        srv_fault_set(NULL, NULL);
+    }
+    free(buf);
+    return rc;
+}
+
+/* A duplicated RTR reaches the sender: the second names a taken handle. */
+START_TEST(dup_rtr)
+{
+    uint64_t before = drops(PROTO_DROP_HANDLE);
+    OK(exchange(0, SRV_FAULT_RECV, PROTO_RTR, SRV_FAULT_DUP, big));
+    OK(mpiv_barrier()); /* the duplicate is handled by now on rank 0 */
+    if (me == 0)
+        ck_assert_uint_eq(drops(PROTO_DROP_HANDLE), before + 1);
+}
+END_TEST
+
+/* A duplicated immediate reaches the receiver: dropped, not counted twice. */
+START_TEST(dup_imm)
+{
+    uint64_t before = drops(PROTO_DROP_IMM);
+    OK(exchange(1, SRV_FAULT_IMM, 0, SRV_FAULT_DUP, big));
+    OK(mpiv_barrier());
+    if (me == 1)
+        ck_assert_uint_eq(drops(PROTO_DROP_IMM), before + 1);
+}
+END_TEST
+
+/* Held-back control packets and immediates still complete. */
+START_TEST(delayed_rtr_and_imm)
+{
+    OK(exchange(0, SRV_FAULT_RECV, PROTO_RTR, SRV_FAULT_DELAY, big));
+    OK(exchange(1, SRV_FAULT_IMM, 0, SRV_FAULT_DELAY, big));
+    OK(exchange(1, SRV_FAULT_RECV, PROTO_RTS, SRV_FAULT_DELAY, big));
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* The sender's write fails: its send fails, and the receiver hears of it
+ * (ABORT) instead of waiting forever. */
+START_TEST(write_fails)
+{
+    int rc = exchange(0, SRV_FAULT_WRITE, 0, SRV_FAULT_FAIL, big);
+    ck_assert_msg(rc != MPIV_SUCCESS, "rank %d: the failed rendezvous reported success", me);
+    /* both sides go on working */
+    OK(exchange(-1, SRV_FAULT_SEND, 0, SRV_FAULT_PASS, big));
+}
+END_TEST
+
+/* The receiver cannot send its RTR: its receive fails, and the refusal it
+ * sends next fails the sender's send instead of leaving it waiting. */
+START_TEST(rtr_send_fails)
+{
+    int rc = exchange(1, SRV_FAULT_SEND, PROTO_RTR, SRV_FAULT_FAIL, big);
+    ck_assert_msg(rc != MPIV_SUCCESS, "rank %d: the failed rendezvous reported success", me);
+    OK(exchange(-1, SRV_FAULT_SEND, 0, SRV_FAULT_PASS, big));
+}
+END_TEST
+
+/* Sends that fail give their packets back: many more failed sends than
+ * the pool holds, then normal traffic. */
+START_TEST(failed_sends_keep_the_pool)
+{
+    const int n = 4000; /* > MPIV_PACKETS of this job */
+    char msg[64] = "x";
+    OK(mpiv_barrier());
+    if (me == 0) {
+        arm(SRV_FAULT_SEND, PROTO_EAGER, SRV_FAULT_FAIL, 0); /* every eager send fails */
+        for (int i = 0; i < n; i++)
+            ck_assert_int_eq(mpiv_send(msg, sizeof msg, 1, 9), MPIV_ERR_NET);
+        ck_assert_int_eq(atomic_load(&rule.applied), n);
+        srv_fault_set(NULL, NULL);
+        OK(mpiv_send(msg, sizeof msg, 1, 9));
+    } else {
+        OK(mpiv_recv(msg, sizeof msg, 0, 9, NULL));
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Forged packets: every field that disagrees with the transport or with
+ * the others is caught by the decode layer, counted, and changes nothing. */
+START_TEST(forged_packets)
+{
+    struct proto_stats before, after;
+    proto_get_stats(&before);
+    OK(mpiv_barrier());
+    if (me == 0) {
+        for (int k = 0; k < 9; k++) {
+            pkt_t *p = pkt_get(proto.pool, -1);
+            ck_assert_ptr_nonnull(p);
+            struct proto_hdr *h = proto_hdr_of(p);
+            memset(h, 0, sizeof *h + 64);
+            h->type = PROTO_EAGER;
+            h->src = 0;
+            h->tag = 77;
+            h->size = 16;
+            p->len = sizeof *h + 16;
+            switch (k) {
+            case 0: p->len = 8; break;                        /* short */
+            case 1: h->type = 200; break;                     /* type */
+            case 2: h->src = 1; break;                        /* src */
+            case 3: h->size = 1u << 30; break;                /* size > eager */
+            case 4: h->size = 8; break;                       /* len != size */
+            case 5: h->ctx = 9; break;                        /* ctx */
+            case 6: h->type = PROTO_RTR; h->handle = 12345; h->status = PROTO_RTR_NONE;
+                    p->len = sizeof *h; break;                /* stale handle */
+            case 7: h->type = PROTO_RTR; h->handle = 12345; h->status = 77;
+                    p->len = sizeof *h; break;                /* status */
+            case 8: h->type = PROTO_ABORT; h->handle = 12345; h->status = MPIV_ERR_NET;
+                    p->len = sizeof *h; break;                /* stale handle */
+            }
+            OK(srv_send(p, 1));
+        }
+        /* then a real message on the same key */
+        char ok[16] = "real";
+        OK(mpiv_send(ok, sizeof ok, 1, 77));
+    } else {
+        char got[16] = {0};
+        OK(mpiv_recv(got, sizeof got, 0, 77, NULL));
+        ck_assert_str_eq(got, "real");
+        proto_get_stats(&after);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_SHORT], before.dropped[PROTO_DROP_SHORT] + 1);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_TYPE], before.dropped[PROTO_DROP_TYPE] + 1);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_SRC], before.dropped[PROTO_DROP_SRC] + 1);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_LEN], before.dropped[PROTO_DROP_LEN] + 1);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_FIELD], before.dropped[PROTO_DROP_FIELD] + 3);
+        ck_assert_uint_eq(after.dropped[PROTO_DROP_HANDLE], before.dropped[PROTO_DROP_HANDLE] + 2);
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Rendezvous writes split into pieces (proto.max_write made small here):
+ * every byte lands, in both arrival orders. */
+START_TEST(split_writes)
+{
+    size_t saved = proto.max_write;
+    proto.max_write = 4096 + 64;
+    size_t n = (1u << 20) + 123;
+    unsigned char *buf = malloc(n);
+    ck_assert_ptr_nonnull(buf);
+    for (int order = 0; order < 2; order++) {
+        mpiv_request_t r;
+        if (me == 0) {
+            fill(buf, n, (unsigned)order);
+            if (order == 0) {
+                OK(mpiv_barrier());
+                OK(mpiv_send(buf, n, 1, 3));
+            } else {
+                OK(mpiv_isend(buf, n, 1, 3, &r));
+                OK(mpiv_barrier());
+                OK(mpiv_wait(&r, NULL));
+            }
+        } else {
+            memset(buf, 0, n);
+            if (order == 0) {
+                OK(mpiv_irecv(buf, n, 0, 3, &r));
+                OK(mpiv_barrier());
+            } else {
+                OK(mpiv_barrier());
+                OK(mpiv_irecv(buf, n, 0, 3, &r));
+            }
+            OK(mpiv_wait(&r, NULL));
+            ck_assert_uint_eq(first_bad(buf, n, (unsigned)order), n);
+        }
+    }
+    proto.max_write = saved;
+    free(buf);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* Flow control: a receiver that lags a fast sender holds at most its
+ * credit per peer of message data, not everything the sender sent. */
+START_TEST(lagging_receiver_is_bounded)
+{
+    const int n = 12000;
+    const size_t size = 4000; /* eager */
+    unsigned char *buf = calloc((size_t)n, size);
+    mpiv_request_t *req = calloc((size_t)n, sizeof *req);
+    ck_assert(buf && req);
+    OK(mpiv_barrier());
+    long rss0 = rss_kib();
+    if (me == 0) {
+        for (int i = 0; i < n; i++) {
+            fill(buf + (size_t)i * size, size, (unsigned)i);
+            OK(mpiv_isend(buf + (size_t)i * size, size, 1, 11, &req[i]));
+        }
+        OK(mpiv_barrier()); /* all sent (or waiting for credit) */
+        OK(mpiv_barrier()); /* the receiver measured */
+        OK(mpiv_waitall(n, req, NULL));
+        struct proto_stats st;
+        proto_get_stats(&st);
+        ck_assert_msg(st.eager_as_rts > 0, "no send ever ran out of credit");
+    } else {
+        OK(mpiv_barrier());
+        /* let what can arrive arrive */
+        double t0 = mpiv_wtime();
+        while (mpiv_wtime() - t0 < 0.5)
+            mpiv_ult_yield();
+        long grew = rss_kib() - rss0;
+        OK(mpiv_barrier());
+        /* 12,000 x 4 KB = 48 MB sent; the credit is 4 MiB */
+        ck_assert_msg(grew < 24 * 1024, "the receiver grew by %ld KiB before receiving", grew);
+        for (int i = 0; i < n; i++) {
+            OK(mpiv_recv(buf, size, 0, 11, NULL));
+            ck_assert_uint_eq(first_bad(buf, size, (unsigned)i), size);
+        }
+    }
+    free(buf);
+    free(req);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+int main(void)
+{
+    if (mpiv_init(NULL, NULL) != MPIV_SUCCESS) {
+        fprintf(stderr, "mpiv_init: %s\n", mpiv_error_detail());
+        return 1;
+    }
+    me = mpiv_rank();
+    if (mpiv_size() != 2) {
+        fprintf(stderr, "test_faults runs on exactly 2 ranks\n");
+        mpiv_finalize();
+        return 1;
+    }
+    big = proto.eager_limit * 4 + 100;
+    Suite *s = suite_create("faults");
+    TCase *tc = tcase_create("faults");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, dup_rtr);
+    tcase_add_test(tc, dup_imm);
+    tcase_add_test(tc, delayed_rtr_and_imm);
+    tcase_add_test(tc, write_fails);
+    tcase_add_test(tc, rtr_send_fails);
+    tcase_add_test(tc, failed_sends_keep_the_pool);
+    tcase_add_test(tc, forged_packets);
+    tcase_add_test(tc, split_writes);
+    tcase_add_test(tc, lagging_receiver_is_bounded);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    int rc = mpiv_finalize();
+    return failed == 0 && rc == MPIV_SUCCESS ? 0 : 1;
+}
