@@ -141,11 +141,18 @@ static void schedule_init(struct schedule *sc, int src, int u, int nranks)
     sc->nranks = nranks;
 }
 
+/* The band of sizes around the eager limit: [*lo, *hi], above the 0..256
+ * class even when the eager limit is tiny. */
+static void size_band(uint64_t *lo, uint64_t *hi)
+{
+    *lo = opt.eager > 512 ? opt.eager - 256 : 257;
+    *hi = opt.eager + 256 > *lo ? opt.eager + 256 : *lo;
+}
+
 static size_t draw_size(struct rng *r)
 {
-    uint64_t cls = rng_next(r) % 1000000, y = rng_next(r);
-    uint64_t band_lo = opt.eager > 256 + 256 ? opt.eager - 256 : 257;
-    uint64_t band_hi = opt.eager + 256;
+    uint64_t cls = rng_next(r) % 1000000, y = rng_next(r), band_lo, band_hi;
+    size_band(&band_lo, &band_hi);
     uint64_t large_ppm = (uint64_t)(opt.large_pct * 10000.0 + 0.5);
     uint64_t v;
 
@@ -528,7 +535,6 @@ static void *receiver_main(void *arg)
         DIE("out of memory");
     struct schedule sc;
     struct draw d;
-    uint64_t next = 0; /* sequence number of the next receive to post */
 
     schedule_init(&sc, st->src, st->u, nranks);
     for (uint64_t pos = 0; pos <= st->expected; pos++) {
@@ -544,7 +550,7 @@ static void *receiver_main(void *arg)
         if (sl->buf)
             rslot_finish(st, tag, sl);
         sl->buf = xmalloc(size);
-        sl->seq = next++;
+        sl->seq = pos;
         sl->size = size;
         int rc = mpiv_irecv(sl->buf, size, st->src, tag, &sl->req);
         if (rc != MPIV_SUCCESS)
@@ -845,11 +851,13 @@ int main(int argc, char **argv)
                "per rank, %d tags per sender, window %d\n",
                nranks, opt.messages, opt.ults, (size_t)nranks * (size_t)opt.ults * (size_t)opt.tags,
                opt.tags, opt.window);
-        printf("# sizes 0..%" PRIu64 " bytes: %.2f%% above %" PRIu64 ", 4%% around the eager "
-               "limit %" PRIu64 ", 15%% in 257..%" PRIu64 ", the rest 0..256; seed %" PRIu64
-               ", cap %.0f s, %d workers per rank%s%s\n",
-               opt.max_size, opt.large_pct, opt.eager + 256, opt.eager,
-               opt.eager > 512 ? opt.eager - 256 : 257, opt.seed, opt.cap, mpiv_num_workers(),
+        uint64_t band_lo, band_hi;
+        size_band(&band_lo, &band_hi);
+        printf("# sizes 0..%" PRIu64 " bytes: %.2f%% above %" PRIu64 ", 4%% in %" PRIu64 "..%" PRIu64
+               " (around the eager limit %" PRIu64 "), 15%% in 257..%" PRIu64 ", the rest 0..256; "
+               "seed %" PRIu64 ", cap %.0f s, %d workers per rank%s%s\n",
+               opt.max_size, opt.large_pct, band_hi, band_lo, band_hi, opt.eager, band_lo,
+               opt.seed, opt.cap, mpiv_num_workers(),
                opt.inject ? ", injecting: " : "", opt.inject ? inject_name(opt.inject) : "");
         fflush(stdout);
     }
