@@ -19,6 +19,30 @@
  *    caller-allocated structs of fixed size, so they may live on a ULT stack.
  *  - Messages are matched by (source rank, tag) only: there are no wildcards.
  *    Messages with the same source and tag are received in the order sent.
+ *
+ * Failures and progress (what a program can rely on):
+ *  - Every operation either completes or returns an error; none waits
+ *    forever because of a failure on the other side. A pending send or
+ *    receive whose peer's side fails (its rendezvous write, its answer, its
+ *    network) completes with MPIV_ERR_NET or MPIV_ERR_PEER on both ranks.
+ *  - A rank that dies (killed, crashed, exited without mpiv_finalize) ends
+ *    the job: the launcher (mpiv_run, Slurm, Open MPI) stops every rank
+ *    within seconds and names the rank and how it died. Operations pending
+ *    with it on the survivors may fail with MPIV_ERR_PEER first.
+ *  - Packets that disagree with what the transport knows (their length,
+ *    their source rank) or with each other, and late or duplicated control
+ *    packets, are dropped and counted; nothing is written outside a
+ *    receive buffer.
+ *  - Progress: a message is delivered without the receiver calling MPIv
+ *    again (a server thread, or an idle worker, drives the network); a
+ *    plain pthread that waits drives it itself.
+ *  - Buffering: a rank may hold at most a fixed amount (4 MiB by default)
+ *    of eager messages from each peer that no receive has taken yet. Past
+ *    that, a send waits for its matching receive (as MPI_Send may):
+ *    mpiv_send returns once the receive has started taking the message,
+ *    mpiv_isend's request completes then. A program that sends many
+ *    blocking messages to a rank that receives none of them until later
+ *    may therefore wait; use mpiv_isend for such floods.
  */
 #ifndef MPIV_H
 #define MPIV_H
@@ -49,8 +73,10 @@ enum mpiv_error {
     MPIV_ERR_CONFIG,          /* an MPIV_* environment variable is invalid   */
     MPIV_ERR_STATE,           /* called before mpiv_init / after finalize,
                                  twice, or from a context that cannot call it */
-    MPIV_ERR_NET,             /* the network backend failed                  */
-    MPIV_ERR_PEER,            /* the peer rank of the operation is gone      */
+    MPIV_ERR_NET,             /* the network failed (this operation, or the
+                                 other side's part of it)                    */
+    MPIV_ERR_PEER,            /* the peer rank is gone, or could not take
+                                 its part of the operation                   */
     MPIV_ERR_BOOTSTRAP,       /* joining the job failed                      */
     MPIV_ERR_DEADLOCK,        /* the call would wait forever (e.g. a ULT
                                  joining itself, relocking its own mutex)    */
@@ -182,8 +208,12 @@ typedef struct mpiv_request *mpiv_request_t;
 #define MPIV_REQUEST_NULL ((mpiv_request_t)0)
 
 /* Blocking send of `size` bytes to rank `dest` with `tag`. Returns when buf
- * may be reused. Errors before anything is sent: MPIV_ERR_RANK, MPIV_ERR_TAG,
- * MPIV_ERR_ARG (buf NULL with size > 0). MPIV_ERR_PEER if dest is gone. */
+ * may be reused (a large message, or one past the receiver's buffering,
+ * see the top of this file: once its receive has started taking it).
+ * Errors before anything is sent: MPIV_ERR_RANK, MPIV_ERR_TAG, MPIV_ERR_ARG
+ * (buf NULL with size > 0). MPIV_ERR_PEER if dest is gone or refused it
+ * (out of resources), MPIV_ERR_NET if the transfer failed. Messages of any
+ * size_t size are allowed; the largest ones move in pieces. */
 int mpiv_send(const void *buf, size_t size, int dest, int tag);
 
 /* Blocking receive of the next message from `source` with `tag` into buf of
