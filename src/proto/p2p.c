@@ -628,7 +628,6 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
 {
     sched_sync_init(&r->sync);
     r->kind = (uint8_t)kind;
-    r->heap = 0;
     r->ctx = (uint8_t)ctx;
     r->buf = buf;
     r->size = size;
@@ -811,7 +810,6 @@ static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
         free(r);
         return rc;
     }
-    r->heap = 1;
     *req = r;
     return MPIV_SUCCESS;
 }

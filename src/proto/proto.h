@@ -149,7 +149,6 @@ enum proto_req_kind { PROTO_REQ_SEND = 1, PROTO_REQ_RECV = 2 };
 struct mpiv_request {
     sched_sync sync;  /* the state word                                    */
     uint8_t kind;     /* enum proto_req_kind                                 */
-    uint8_t heap;     /* 1 if malloc'ed (isend/irecv), 0 if on a stack       */
     uint8_t ctx;
     void *buf;        /* user buffer                                        */
     size_t size;      /* send: message size; recv: buffer capacity          */
