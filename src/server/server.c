@@ -76,7 +76,7 @@ static struct srv_state {
 
     /* Fault injection (tests only): the hook, and what it held back. */
     _Atomic(srv_fault_fn) fault_fn;
-    void *fault_arg;
+    _Atomic(void *) fault_arg;
     util_spinlock fault_lock;
     struct srv_delayed *delayed; /* under fault_lock */
 
@@ -786,7 +786,8 @@ struct srv_delayed {
 
 void srv_fault_set(srv_fault_fn fn, void *arg)
 {
-    srv_g.fault_arg = arg;
+    /* relaxed: the store of fn below publishes it (release) */
+    atomic_store_explicit(&srv_g.fault_arg, arg, memory_order_relaxed);
     /* release: the argument before the hook that reads it */
     atomic_store_explicit(&srv_g.fault_fn, fn, memory_order_release);
 }
@@ -799,7 +800,7 @@ static enum srv_fault_action fault_ask(enum srv_fault_point point, int peer,
     if (!fn)
         return SRV_FAULT_PASS;
     struct srv_fault_event ev = {point, peer, data, len, imm};
-    return fn(&ev, srv_g.fault_arg);
+    return fn(&ev, atomic_load_explicit(&srv_g.fault_arg, memory_order_relaxed));
 }
 
 static void fault_hold(pkt_t *p, int peer, const struct srv_cqe *cqe, int rounds)
