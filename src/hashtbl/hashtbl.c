@@ -30,13 +30,13 @@
  *
  * Who touches what
  *   t->stripes, t->smask and each stripe's min_mask are written once by
- *   ht_create and only read afterwards (no lock needed). Everything else in
- *   a stripe (lock word aside: b, mask, used, the buckets, the queues
- *   hanging off them, the statistics) is read and written only by the
- *   holder of that stripe's lock. ht_count and ht_stats take each stripe's
- *   lock in turn. A resize swaps `b` and `mask` under the lock, so no one
- *   ever sees a half-moved stripe; the old array is freed after the lock is
- *   dropped, when no one can reach it any more.
+ *   ht_create and only read afterwards (no lock needed). The rest of a
+ *   stripe (b, mask, used, grows, shrinks, its buckets and the queues
+ *   hanging off them) is read and written only by the holder of that
+ *   stripe's lock. ht_count and ht_stats take each stripe's lock in turn.
+ *   A resize swaps `b` and `mask` under the lock, so no one ever sees a
+ *   half-moved stripe; the old array is freed after the lock is dropped,
+ *   when no one can reach it any more.
  *
  * Invariants (per stripe, under its lock)
  *   I1  An entry is free iff its value is HT_EMPTY; its key is then garbage.
