@@ -3,38 +3,70 @@
  * packet (see hashtbl.h for the contract, DESIGN.md for the picture).
  *
  * Layout
- *   The table is a power-of-two array of 64-byte buckets, each one cache
- *   line: a control entry (the spinlock, a mask of which entries hold a
- *   queue, the overflow pointer) and three {key, value} entries. A bucket
- *   that fills up chains overflow buckets of the same shape; only the head
- *   bucket's lock is ever used, it covers the whole chain and every queue
- *   hanging off it.
+ *   The table is a fixed, power-of-two number of stripes. A key's hash
+ *   picks its stripe (top bits) and its home bucket inside the stripe (low
+ *   bits). Each stripe is a small open-addressed table of its own: a
+ *   power-of-two array of 64-byte buckets, each one cache line holding a
+ *   control word and three {key, value} entries, under the stripe's own
+ *   spinlock. A key that finds its home bucket full goes to the first
+ *   bucket after it (linear probing, wrapping) with a free entry.
+ *
+ *   A stripe doubles its bucket array when it would pass two keys per
+ *   bucket (two thirds of its entries) and halves it when it falls under
+ *   one key per four buckets, never below the size it started with. Only
+ *   that stripe's lock is held while it is rehashed: the other stripes keep
+ *   working, there is no global stop. The stripe count itself never
+ *   changes, so a key always maps to the same stripe and the same lock.
  *
  *   A key with one waiting value keeps that value inline in its entry: the
- *   unique-key path (insert, then the other side matches) touches the head
- *   bucket's line and nothing else, under one lock. When a second value of
- *   the same kind arrives under a key, the entry's value becomes a pointer
- *   to a per-key FIFO (struct ht_queue: one cache line holding a ring of
- *   five values, grown by doubling past that). The queue lives until it is
- *   empty again; then the entry is freed. This is LCI's idea (a small queue
- *   per key) in a form that keeps the common case allocation-free.
+ *   unique-key path (insert, then the other side matches) touches the
+ *   stripe's line and the home bucket's line, under one lock. When a second
+ *   value of the same kind arrives under a key, the entry's value becomes a
+ *   pointer to a per-key FIFO (struct ht_queue: one cache line holding a
+ *   ring of five values, grown by doubling past that). The queue lives
+ *   until it is empty again; then the entry is freed. This is LCI's idea
+ *   (a small queue per key) in a form that keeps the common case
+ *   allocation-free.
  *
- * Invariants (all under the head bucket's lock)
+ * Who touches what
+ *   t->stripes, t->smask and each stripe's min_mask are written once by
+ *   ht_create and only read afterwards (no lock needed). The rest of a
+ *   stripe (b, mask, used, grows, shrinks, its buckets and the queues
+ *   hanging off them) is read and written only by the holder of that
+ *   stripe's lock. ht_count and ht_stats take each stripe's lock in turn.
+ *   A resize swaps `b` and `mask` under the lock, so no one ever sees a
+ *   half-moved stripe; the old array is freed after the lock is dropped,
+ *   when no one can reach it any more.
+ *
+ * Invariants (per stripe, under its lock)
  *   I1  An entry is free iff its value is HT_EMPTY; its key is then garbage.
- *   I2  A key occupies at most one entry in its chain.
+ *   I2  A key occupies at most one entry in its stripe.
  *   I3  All values waiting under one key are of one kind: a value of the
  *       other kind never waits, it matches the oldest one instead.
  *   I4  Bit i of a bucket's qmask is set iff entry i is in use and holds a
  *       queue; the entry's value is then (queue pointer | kind of the values
  *       queued), and the queue holds at least one value.
- *   I5  A queue hands its values out in the order they were queued (FIFO),
- *       so equal keys keep MPI's non-overtaking order on both sides.
- *   I6  Overflow buckets are never empty: a chain bucket whose last entry
- *       is freed is unlinked and freed at once, so chains shrink back after
- *       a burst of colliding keys.
- *   I7  Memory is never allocated while the lock is held, except to grow a
- *       queue past five values of one kind under one key (rare): the lock
- *       is dropped, a line is allocated, and the operation starts over.
+ *   I5  A queue hands its values out in the order they were queued (FIFO).
+ *       Every operation on a key runs under the one lock of the key's stripe
+ *       and a rehash moves an entry (and with it its queue pointer and qmask
+ *       bit) as one unit, so the order of a key's values is exactly the
+ *       order in which operations on that key took the lock: equal keys
+ *       keep MPI's non-overtaking order on both sides, across resizes.
+ *   I6  Probe counts: a bucket's `ovf` is the number of keys whose home
+ *       bucket is at or before it and which sit after it, i.e. whose probe
+ *       sequence runs through it (for a key at bucket p with home h, every
+ *       bucket of the cyclic range [h, p) counts it). A search for a key
+ *       stops at the first bucket with ovf == 0: the key cannot lie beyond.
+ *       Freeing an entry decrements the counts of [h, p) again, so no
+ *       tombstones are needed and entries never move except in a rehash.
+ *   I7  used <= 2 * buckets before every insertion of a new key (a stripe
+ *       grows first), so a stripe always has a free entry and every probe
+ *       for a free entry ends.
+ *   I8  Memory is never allocated or freed while a lock is held: a new
+ *       bucket array, a queue line or a larger ring is allocated with the
+ *       lock dropped and the operation starts over (the stripe may have
+ *       changed meanwhile: everything is looked up again). Allocation may
+ *       make a system call, and a spinlock must never be held across one.
  *
  * Values must be non-NULL pointers (ht_val(NULL, HT_KIND_REQ) would read
  * as HT_EMPTY). The table owns its buckets and queues, never the values.
@@ -46,8 +78,12 @@
 
 #include "util/spinlock.h"
 
-#define HT_SLOTS 3     /* {key, value} entries per bucket            */
-#define HT_QINLINE 5   /* values a queue holds before its ring grows */
+#define HT_SLOTS 3           /* {key, value} entries per bucket            */
+#define HT_QINLINE 5         /* values a queue holds before its ring grows */
+#define HT_STRIPES_MAX 4096  /* more locks than this buy nothing           */
+#define HT_STRIPE_SHIFT 52   /* hash bits 52..63 pick the stripe           */
+#define HT_BUCKETS_PER_STRIPE 4 /* at creation, while stripes are added     */
+_Static_assert(HT_STRIPES_MAX <= (1u << (64 - HT_STRIPE_SHIFT)), "stripe bits");
 
 struct ht_entry {
     ht_key key;
@@ -55,12 +91,30 @@ struct ht_entry {
 };
 
 struct ht_bucket {
-    util_spinlock lock;     /* head bucket only: guards the whole chain */
-    uint32_t qmask;         /* bit i: entry i holds a queue (I4)        */
-    struct ht_bucket *next; /* overflow chain                           */
+    uint32_t ovf;   /* keys whose probe runs through this bucket (I6) */
+    uint32_t qmask; /* bit i: entry i holds a queue (I4)              */
+    uint64_t pad_;
     struct ht_entry e[HT_SLOTS];
 };
 _Static_assert(sizeof(struct ht_bucket) == UTIL_CACHELINE, "a bucket is one cache line");
+
+/* One line per stripe, so that two threads on neighbouring stripes never
+ * share a line. */
+struct ht_stripe {
+    _Alignas(UTIL_CACHELINE) util_spinlock lock;
+    uint32_t pad_;
+    struct ht_bucket *b; /* mask + 1 buckets                       */
+    size_t mask;
+    size_t used;         /* entries in use (keys present)          */
+    size_t min_mask;     /* the size it started with: never below  */
+    size_t grows, shrinks;
+};
+_Static_assert(sizeof(struct ht_stripe) == UTIL_CACHELINE, "a stripe is one cache line");
+
+struct ht_table {
+    struct ht_stripe *stripes;
+    size_t smask; /* stripes - 1 */
+};
 
 /* A per-key FIFO of values of one kind: a ring of `cap` values starting
  * at ring[head]. It starts in its own line (inl) and moves to the heap
@@ -75,21 +129,21 @@ struct ht_queue {
 };
 _Static_assert(sizeof(struct ht_queue) == UTIL_CACHELINE, "a queue is one cache line");
 
-struct ht_table {
-    struct ht_bucket *buckets;
-    uint64_t mask;
-};
-
-/* Contexts, ranks and tags sit in separate bit fields of the key; a
- * multiply-xorshift mix spreads them all over the index bits so that
- * neighbouring tags or ranks land in different buckets. */
+/* Contexts, ranks and tags sit in separate bit fields of the key. A full
+ * 64-bit finaliser (murmur3's fmix64) spreads every input bit over the top
+ * bits (the stripe) and the low bits (the bucket) alike, so that
+ * neighbouring tags or ranks land in different stripes and buckets. */
 static inline uint64_t ht_hash(ht_key k)
 {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 29;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
     return k;
 }
+
+static inline size_t ht_home(uint64_t h, size_t mask) { return (size_t)h & mask; }
 
 static void *ht_line_alloc(void)
 {
@@ -97,6 +151,17 @@ static void *ht_line_alloc(void)
     if (!p)
         util_fatal("matching table: out of memory for a 64-byte line");
     return p;
+}
+
+/* A zeroed array of n buckets (all entries free, all counts 0), or NULL. */
+static struct ht_bucket *ht_buckets_alloc(size_t n)
+{
+    if (n > SIZE_MAX / sizeof(struct ht_bucket))
+        return NULL;
+    struct ht_bucket *b = aligned_alloc(UTIL_CACHELINE, n * sizeof *b);
+    if (b)
+        memset(b, 0, n * sizeof *b);
+    return b;
 }
 
 int ht_create(struct ht_table **t, size_t nbuckets)
@@ -108,21 +173,38 @@ int ht_create(struct ht_table **t, size_t nbuckets)
         nbuckets = 1024;
     if (nbuckets & (nbuckets - 1))
         return util_err(MPIV_ERR_ARG, "ht_create: %zu buckets is not a power of two", nbuckets);
-    if (nbuckets > SIZE_MAX / sizeof(struct ht_bucket))
-        return util_err(MPIV_ERR_NO_RESOURCES, "ht_create: %zu buckets overflow", nbuckets);
+    /* The table grows by itself: a larger request only saves a few early
+     * doublings, and is not worth committing memory for up front. */
+    if (nbuckets > HT_INIT_BUCKETS_MAX)
+        nbuckets = HT_INIT_BUCKETS_MAX;
+    size_t nstripes = nbuckets / HT_BUCKETS_PER_STRIPE;
+    if (nstripes < 1)
+        nstripes = 1;
+    if (nstripes > HT_STRIPES_MAX)
+        nstripes = HT_STRIPES_MAX;
+    size_t per = nbuckets / nstripes;
+
     struct ht_table *tb = malloc(sizeof *tb);
     if (!tb)
         return util_err(MPIV_ERR_NO_RESOURCES, "ht_create: no memory for the table");
-    size_t bytes = nbuckets * sizeof(struct ht_bucket);
-    tb->buckets = aligned_alloc(UTIL_CACHELINE, bytes);
-    if (!tb->buckets) {
+    tb->stripes = aligned_alloc(UTIL_CACHELINE, nstripes * sizeof *tb->stripes);
+    if (!tb->stripes) {
         free(tb);
-        return util_err(MPIV_ERR_NO_RESOURCES, "ht_create: no memory for %zu buckets", nbuckets);
+        return util_err(MPIV_ERR_NO_RESOURCES, "ht_create: no memory for %zu stripes", nstripes);
     }
-    memset(tb->buckets, 0, bytes);
-    for (size_t i = 0; i < nbuckets; i++)
-        util_spin_init(&tb->buckets[i].lock);
-    tb->mask = nbuckets - 1;
+    memset(tb->stripes, 0, nstripes * sizeof *tb->stripes);
+    tb->smask = nstripes - 1;
+    for (size_t i = 0; i < nstripes; i++) {
+        struct ht_stripe *s = &tb->stripes[i];
+        util_spin_init(&s->lock);
+        s->mask = s->min_mask = per - 1;
+        s->b = ht_buckets_alloc(per);
+        if (!s->b) {
+            ht_destroy(tb);
+            return util_err(MPIV_ERR_NO_RESOURCES, "ht_create: no memory for %zu buckets",
+                            nbuckets);
+        }
+    }
     *t = tb;
     return MPIV_SUCCESS;
 }
@@ -134,29 +216,21 @@ static void ht_queue_free(struct ht_queue *q)
     free(q);
 }
 
-static void ht_free_chain_contents(struct ht_bucket *b)
-{
-    for (int i = 0; i < HT_SLOTS; i++)
-        if (b->qmask & (1u << i))
-            ht_queue_free(ht_ptr(b->e[i].val));
-}
-
 void ht_destroy(struct ht_table *t)
 {
     if (!t)
         return;
-    for (size_t i = 0; i <= t->mask; i++) {
-        struct ht_bucket *b = &t->buckets[i];
-        ht_free_chain_contents(b);
-        b = b->next;
-        while (b) {
-            struct ht_bucket *nx = b->next;
-            ht_free_chain_contents(b);
-            free(b);
-            b = nx;
-        }
+    for (size_t i = 0; i <= t->smask; i++) {
+        struct ht_stripe *s = &t->stripes[i];
+        if (!s->b) /* ht_create ran out of memory here */
+            break;
+        for (size_t j = 0; j <= s->mask; j++)
+            for (int e = 0; e < HT_SLOTS; e++)
+                if (s->b[j].qmask & (1u << e))
+                    ht_queue_free(ht_ptr(s->b[j].e[e].val));
+        free(s->b);
     }
-    free(t->buckets);
+    free(t->stripes);
     free(t);
 }
 
@@ -168,7 +242,7 @@ static inline ht_value ht_queue_pop(struct ht_queue *q)
     return v;
 }
 
-/* Returns 0, or -1 if the ring is full and must grow first (I7). */
+/* Returns 0, or -1 if the ring is full and must grow first (I8). */
 static inline int ht_queue_push(struct ht_queue *q, ht_value v)
 {
     if (q->count == q->cap)
@@ -195,41 +269,110 @@ static void ht_queue_regrow(struct ht_queue *q, ht_value *ring, uint32_t cap)
     q->count = n;
 }
 
+/* Puts an entry whose key is known to be absent into the first free entry
+ * of its probe sequence in `b` (mask + 1 buckets, a free entry exists: I7),
+ * counting it in the buckets it passes (I6). */
+static void ht_place(struct ht_bucket *b, size_t mask, size_t home, ht_key k, ht_value v,
+                     int queued)
+{
+    for (size_t i = home;; i = (i + 1) & mask) {
+        for (int j = 0; j < HT_SLOTS; j++) {
+            if (b[i].e[j].val != HT_EMPTY)
+                continue;
+            b[i].e[j].key = k;
+            b[i].e[j].val = v;
+            if (queued)
+                b[i].qmask |= 1u << j;
+            for (size_t x = home; x != i; x = (x + 1) & mask)
+                b[x].ovf++;
+            return;
+        }
+    }
+}
+
+/* Moves every entry of s into `nb` (n zeroed buckets), installs it and
+ * returns the old array for the caller to free once the lock is dropped. */
+static struct ht_bucket *ht_rehash(struct ht_stripe *s, struct ht_bucket *nb, size_t n)
+{
+    struct ht_bucket *old = s->b;
+    for (size_t i = 0; i <= s->mask; i++)
+        for (int j = 0; j < HT_SLOTS; j++) {
+            struct ht_entry *e = &old[i].e[j];
+            if (e->val != HT_EMPTY)
+                ht_place(nb, n - 1, ht_home(ht_hash(e->key), n - 1), e->key, e->val,
+                         (old[i].qmask >> j) & 1u);
+        }
+    s->b = nb;
+    s->mask = n - 1;
+    return old;
+}
+
+static inline int ht_wants_shrink(const struct ht_stripe *s)
+{
+    return s->mask > s->min_mask && s->used <= (s->mask + 1) / 4;
+}
+
+/* Halves s, if it still wants it once the new array is in hand (I8). A
+ * shrink only saves memory: if there is none to be had, s stays as it is. */
+static void ht_shrink(struct ht_stripe *s, size_t n_seen)
+{
+    struct ht_bucket *nb = ht_buckets_alloc(n_seen / 2);
+    if (!nb)
+        return;
+    struct ht_bucket *old = nb;
+    util_spin_lock(&s->lock);
+    if (s->mask + 1 == n_seen && ht_wants_shrink(s)) {
+        old = ht_rehash(s, nb, n_seen / 2);
+        s->shrinks++;
+    }
+    util_spin_unlock(&s->lock);
+    free(old);
+}
+
 ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
 {
 #ifndef NDEBUG
     if (util_unlikely(v == HT_EMPTY))
         util_fatal("ht_match_or_insert: a NULL request is not a value");
 #endif
-    struct ht_bucket *head = &t->buckets[ht_hash(k) & t->mask];
-    void *spare = NULL;       /* a line allocated outside the lock (I7)   */
+    uint64_t h = ht_hash(k);
+    struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
+    void *spare = NULL;       /* a line allocated outside the lock (I8)   */
     ht_value *spare_ring = NULL;
     uint32_t spare_cap = 0;
-    struct ht_queue *garbage = NULL;     /* freed once the lock is dropped */
-    struct ht_bucket *dead_bucket = NULL; /* likewise                      */
+    struct ht_bucket *spare_arr = NULL; /* a doubled array, likewise      */
+    size_t spare_n = 0;
+    struct ht_queue *garbage = NULL;    /* freed once the lock is dropped */
+    struct ht_bucket *old_arr = NULL;   /* likewise                       */
+    size_t shrink_from = 0;             /* halve after unlocking          */
     ht_value ret = HT_EMPTY;
 
 retry:
-    util_spin_lock(&head->lock);
-    struct ht_bucket *b = head, *prev = NULL, *last = head;
+    util_spin_lock(&s->lock);
+search:;
+    struct ht_bucket *bk = s->b;
+    size_t mask = s->mask;
+    size_t home = ht_home(h, mask), i = home;
     struct ht_bucket *free_b = NULL;
-    int free_i = -1;
-    for (; b; prev = b, b = b->next) {
-        last = b;
-        for (int i = 0; i < HT_SLOTS; i++) {
-            ht_value cur = b->e[i].val;
+    int free_j = -1;
+    /* I6: the key is in [home, first bucket with ovf == 0]. The bound on
+     * the walk only matters if every bucket has a non-zero count. */
+    for (size_t walked = 0; walked <= mask; walked++, i = (i + 1) & mask) {
+        struct ht_bucket *b = &bk[i];
+        for (int j = 0; j < HT_SLOTS; j++) {
+            ht_value cur = b->e[j].val;
             if (cur == HT_EMPTY) {
                 if (!free_b) {
                     free_b = b;
-                    free_i = i;
+                    free_j = j;
                 }
                 continue;
             }
-            if (b->e[i].key != k)
+            if (b->e[j].key != k)
                 continue;
 
             /* k waits here (I2). */
-            int queued = (b->qmask >> i) & 1u;
+            int queued = (b->qmask >> j) & 1u;
             if (!queued) {
                 if (ht_kind(cur) != ht_kind(v)) { /* match the one value */
                     ret = cur;
@@ -246,8 +389,8 @@ retry:
                 q->count = 2;
                 q->inl[0] = cur;
                 q->inl[1] = v;
-                b->e[i].val = (uintptr_t)q | ht_kind(cur);
-                b->qmask |= 1u << i;
+                b->e[j].val = (uintptr_t)q | ht_kind(cur);
+                b->qmask |= 1u << j;
                 goto done;
             }
 
@@ -256,7 +399,7 @@ retry:
                 ret = ht_queue_pop(q);
                 if (q->count > 0)
                     goto done;
-                b->qmask &= ~(1u << i);
+                b->qmask &= ~(1u << j);
                 garbage = q;
                 goto emptied;
             }
@@ -270,7 +413,7 @@ retry:
                 goto done;
             }
             spare_cap = q->cap * 2;
-            util_spin_unlock(&head->lock);
+            util_spin_unlock(&s->lock);
             free(spare_ring);
             spare_ring = malloc(spare_cap * sizeof *spare_ring);
             if (!spare_ring)
@@ -278,46 +421,64 @@ retry:
             goto retry;
 
         emptied:
-            b->e[i].val = HT_EMPTY;
-            if (b != head && b->e[0].val == HT_EMPTY && b->e[1].val == HT_EMPTY &&
-                b->e[2].val == HT_EMPTY) { /* keep I6 */
-                prev->next = b->next;
-                dead_bucket = b;
-            }
+            b->e[j].val = HT_EMPTY;
+            for (size_t x = home; x != i; x = (x + 1) & mask) /* keep I6 */
+                bk[x].ovf--;
+            s->used--;
+            if (util_unlikely(ht_wants_shrink(s)))
+                shrink_from = mask + 1;
             goto done;
         }
+        if (b->ovf == 0)
+            break;
     }
 
-    /* k is not in the table: v waits in the first free entry, or in a new
-     * overflow bucket at the chain's end. */
-    if (free_b) {
-        free_b->e[free_i].key = k;
-        free_b->e[free_i].val = v;
-        goto done;
+    /* k is not in the stripe: v waits in the first free entry of its probe
+     * sequence, once the stripe has room for one more key (I7). */
+    if (util_unlikely(s->used >= 2 * (mask + 1))) {
+        if (spare_arr && spare_n == 2 * (mask + 1)) {
+            old_arr = ht_rehash(s, spare_arr, spare_n);
+            spare_arr = NULL;
+            s->grows++;
+            goto search;
+        }
+        util_spin_unlock(&s->lock);
+        free(spare_arr);
+        spare_n = 2 * (mask + 1);
+        spare_arr = ht_buckets_alloc(spare_n);
+        if (!spare_arr)
+            util_fatal("matching table: out of memory for %zu buckets", spare_n);
+        goto retry;
     }
-    if (!spare)
-        goto need_line;
-    struct ht_bucket *nb = spare;
-    spare = NULL;
-    memset(nb, 0, sizeof *nb);
-    nb->e[0].key = k;
-    nb->e[0].val = v;
-    last->next = nb;
+    if (free_b) {
+        /* The first free entry from home on: the search passed it, so the
+         * counts of the buckets before it must count k too. */
+        free_b->e[free_j].key = k;
+        free_b->e[free_j].val = v;
+        for (size_t x = home; &bk[x] != free_b; x = (x + 1) & mask)
+            bk[x].ovf++;
+    } else {
+        ht_place(bk, mask, home, k, v, 0);
+    }
+    s->used++;
 
 done:
-    util_spin_unlock(&head->lock);
+    util_spin_unlock(&s->lock);
     /* Only rare paths leave something to free: test before calling. */
-    if (util_unlikely(garbage || dead_bucket || spare || spare_ring)) {
+    if (util_unlikely(garbage || old_arr || spare || spare_ring || spare_arr)) {
         if (garbage)
             ht_queue_free(garbage);
-        free(dead_bucket);
+        free(old_arr);
         free(spare);
         free(spare_ring);
+        free(spare_arr);
     }
+    if (util_unlikely(shrink_from))
+        ht_shrink(s, shrink_from);
     return ret;
 
 need_line:
-    util_spin_unlock(&head->lock);
+    util_spin_unlock(&s->lock);
     spare = ht_line_alloc();
     goto retry;
 }
@@ -325,19 +486,35 @@ need_line:
 size_t ht_count(struct ht_table *t)
 {
     size_t n = 0;
-    for (size_t i = 0; i <= t->mask; i++) {
-        struct ht_bucket *head = &t->buckets[i];
-        util_spin_lock(&head->lock);
-        for (struct ht_bucket *b = head; b; b = b->next)
+    for (size_t i = 0; i <= t->smask; i++) {
+        struct ht_stripe *s = &t->stripes[i];
+        util_spin_lock(&s->lock);
+        for (size_t b = 0; b <= s->mask; b++)
             for (int j = 0; j < HT_SLOTS; j++) {
-                if (b->e[j].val == HT_EMPTY)
+                ht_value v = s->b[b].e[j].val;
+                if (v == HT_EMPTY)
                     continue;
-                if (b->qmask & (1u << j))
-                    n += ((struct ht_queue *)ht_ptr(b->e[j].val))->count;
+                if (s->b[b].qmask & (1u << j))
+                    n += ((struct ht_queue *)ht_ptr(v))->count;
                 else
                     n++;
             }
-        util_spin_unlock(&head->lock);
+        util_spin_unlock(&s->lock);
     }
     return n;
+}
+
+void ht_stats(struct ht_table *t, struct ht_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->stripes = t->smask + 1;
+    for (size_t i = 0; i <= t->smask; i++) {
+        struct ht_stripe *s = &t->stripes[i];
+        util_spin_lock(&s->lock);
+        st->buckets += s->mask + 1;
+        st->keys += s->used;
+        st->grows += s->grows;
+        st->shrinks += s->shrinks;
+        util_spin_unlock(&s->lock);
+    }
 }

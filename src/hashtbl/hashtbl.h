@@ -51,16 +51,32 @@ static inline void *ht_ptr(ht_value v) { return (void *)(v & ~(uintptr_t)1); }
 
 struct ht_table;
 
-/* nbuckets: a power of two (0 = 1024). MPIV_ERR_NO_RESOURCES on no memory. */
+/* Largest initial size ht_create commits (64 B a bucket: 64 MiB). */
+#define HT_INIT_BUCKETS_MAX ((size_t)1 << 20)
+
+/* nbuckets: the initial size, a power of two (0 = 1024); it also fixes the
+ * number of stripes (locks), nbuckets / 4 within 1..4096. The table grows
+ * as values wait and shrinks back to this size as they leave, so the size
+ * is a hint: more than HT_INIT_BUCKETS_MAX is taken as that many.
+ * MPIV_ERR_ARG if nbuckets is not a power of two, MPIV_ERR_NO_RESOURCES on
+ * no memory. */
 int ht_create(struct ht_table **t, size_t nbuckets);
 void ht_destroy(struct ht_table *t);
 
 /* v must not be HT_EMPTY (a NULL request pointer). Never fails: running
- * out of memory for an overflow bucket or a per-key queue is fatal. */
+ * out of memory to grow the table or a per-key queue is fatal. */
 ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
 
 /* Number of values waiting in the table (both kinds). Locks each bucket in
  * turn: exact only when no one inserts concurrently (tests, finalize). */
 size_t ht_count(struct ht_table *t);
+
+/* The table's shape, for tests and benchmarks: stripes, buckets now, keys
+ * present, and how many times a stripe doubled or halved. Locks each
+ * stripe in turn, like ht_count. */
+struct ht_stats {
+    size_t stripes, buckets, keys, grows, shrinks;
+};
+void ht_stats(struct ht_table *t, struct ht_stats *st);
 
 #endif

@@ -49,8 +49,9 @@ static const struct cfg_var cfg_vars[] = {
      "receive packets the server keeps posted; must be below MPIV_PACKETS"},
     {"MPIV_EAGER_LIMIT", CFG_SIZE, OFF(eager_limit), 0, 1 << 20, 0, NULL,
      "largest message sent eagerly; 0 = as much as a packet holds"},
-    {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 26, 0, NULL,
-     "matching-table buckets, a power of two; 0 = sized from MPIV_PACKETS"},
+    {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 20, 0, NULL,
+     "initial matching-table buckets (64 B each), a power of two; the table grows and shrinks "
+     "back by itself; 0 = sized from MPIV_PACKETS"},
     {"MPIV_NET", CFG_WORDS, OFF(net), 0, 3, UTIL_NET_AUTO, "auto|ofi|ibv|shm",
      "network backend; shm = MPIv's own shared-memory rings (every rank on one host); auto = "
      "shm when every rank is on one host, else ibv where every rank has a verbs device, else ofi"},

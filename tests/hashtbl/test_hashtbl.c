@@ -2,7 +2,9 @@
  * collisions and overflow chains, key packing. Single-threaded; the
  * concurrent checks are in test_hashtbl_stress.c. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "hashtbl/hashtbl.h"
 
@@ -211,6 +213,205 @@ START_TEST(many_keys)
 }
 END_TEST
 
+
+/* A table that starts with one bucket takes 100,000 distinct keys (a
+ * million posted receives in miniature): it must grow to keep at most two
+ * keys per bucket, then shrink back to its initial size as they leave. */
+START_TEST(grows_with_keys_and_shrinks_back)
+{
+    struct ht_table *t;
+    struct ht_stats st;
+    ck_assert_int_eq(ht_create(&t, 1), MPIV_SUCCESS);
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.stripes, 1);
+    ck_assert_uint_eq(st.buckets, 1);
+    enum { N = 100000 };
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(
+            ht_match_or_insert(t, ht_make_key(0, (uint32_t)i % 7, (uint32_t)i), R(i % 4096)),
+            HT_EMPTY);
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.keys, N);
+    ck_assert_uint_ge(st.buckets * 2, N);
+    ck_assert_uint_le(st.buckets, N); /* and not more than it needs */
+    ck_assert_uint_gt(st.grows, 0);
+    ck_assert_uint_eq(ht_count(t), N);
+    /* match them in another order than they came in */
+    for (int i = 0; i < N; i++) {
+        int x = (int)(((long)i * 7919) % N);
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, (uint32_t)x % 7, (uint32_t)x), P(0)),
+                          R(x % 4096));
+    }
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.keys, 0);
+    ck_assert_uint_eq(st.buckets, 1);
+    ck_assert_uint_gt(st.shrinks, 0);
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+/* Many stripes: each grows on its own, the total follows the keys. */
+START_TEST(stripes_grow_independently)
+{
+    struct ht_table *t;
+    struct ht_stats st;
+    ck_assert_int_eq(ht_create(&t, 2048), MPIV_SUCCESS);
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.stripes, 512);
+    ck_assert_uint_eq(st.buckets, 2048);
+    enum { N = 200000 };
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 1, (uint32_t)i), P(i % 4096)),
+                          HT_EMPTY);
+    ht_stats(t, &st);
+    ck_assert_uint_ge(st.buckets * 2, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 1, (uint32_t)i), R(0)), P(i % 4096));
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.buckets, 2048);
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
+/* Random operations checked one by one against a model (a FIFO per key of
+ * value ids and kinds), while the load swings up and down so that the one
+ * stripe grows and shrinks many times with queues, probe runs that wrap
+ * around the array and holes in the middle of them. */
+struct model_q {
+    int kind, head, n;
+    int ids[64];
+};
+
+static uint32_t xs32(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+START_TEST(random_ops_match_a_model)
+{
+    enum { NKEYS = 30000, OPS = 400000 };
+    static struct model_q m[NKEYS];
+    static int waiting[NKEYS], where[NKEYS]; /* the keys with values waiting */
+    int nwaiting = 0;
+    memset(m, 0, sizeof m);
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 2), MPIV_SUCCESS);
+    uint32_t rng = 12345;
+    size_t live = 0;
+    int next_id = 0;
+    for (int op = 0; op < OPS; op++) {
+        /* A slow wave. Fill phases add values of random kinds under random
+         * keys (one op in three among 40 keys, which makes queues), so the
+         * stripe grows. Drain phases mostly pick a key with values waiting
+         * and post the other kind, so keys leave and the stripe shrinks. */
+        int drain = (op / 20000) & 1;
+        int k, kind;
+        if (drain && nwaiting > 0 && xs32(&rng) % 100 < 90) {
+            k = waiting[xs32(&rng) % (uint32_t)nwaiting];
+            kind = !m[k].kind;
+        } else {
+            k = (int)(xs32(&rng) % (op % 3 ? NKEYS : 40));
+            kind = (int)(xs32(&rng) & 1);
+        }
+        ht_key key = ht_make_key((unsigned)k % 3, (uint32_t)k % 11, (uint32_t)k);
+        int id = next_id++ % 4096;
+        ht_value v = kind ? P(id) : R(id);
+        ht_value got = ht_match_or_insert(t, key, v);
+        struct model_q *q = &m[k];
+        if (q->n > 0 && q->kind != kind) {
+            int want = q->ids[q->head];
+            q->head = (q->head + 1) % 64;
+            q->n--;
+            live--;
+            ck_assert_msg(got == (kind ? R(want) : P(want)), "op %d key %d: wrong match", op, k);
+            if (q->n == 0) { /* k leaves the waiting set */
+                int last = waiting[--nwaiting];
+                waiting[where[k]] = last;
+                where[last] = where[k];
+            }
+        } else if (q->n == 64) {
+            /* the model is full: undo by matching it away again */
+            ck_assert_uint_eq(got, HT_EMPTY);
+            ht_value back = ht_match_or_insert(t, key, kind ? R(0) : P(0));
+            ck_assert_uint_eq(back, kind ? P(q->ids[q->head]) : R(q->ids[q->head]));
+            q->ids[q->head] = id;
+            q->head = (q->head + 1) % 64;
+        } else {
+            ck_assert_msg(got == HT_EMPTY, "op %d key %d: matched nothing waiting", op, k);
+            if (q->n == 0) {
+                where[k] = nwaiting;
+                waiting[nwaiting++] = k;
+            }
+            q->kind = kind;
+            q->ids[(q->head + q->n) % 64] = id;
+            q->n++;
+            live++;
+        }
+        if (op % 50000 == 0)
+            ck_assert_uint_eq(ht_count(t), live);
+    }
+    struct ht_stats st;
+    ht_stats(t, &st);
+    ck_assert_uint_gt(st.grows, 3);
+    ck_assert_uint_gt(st.shrinks, 3);
+    ck_assert_uint_eq(ht_count(t), live);
+    /* drain: every key hands out the rest of its queue in order */
+    for (int k = 0; k < NKEYS; k++) {
+        struct model_q *q = &m[k];
+        ht_key key = ht_make_key((unsigned)k % 3, (uint32_t)k % 11, (uint32_t)k);
+        for (; q->n > 0; q->n--, q->head = (q->head + 1) % 64)
+            ck_assert_uint_eq(ht_match_or_insert(t, key, q->kind ? R(0) : P(0)),
+                              q->kind ? P(q->ids[q->head]) : R(q->ids[q->head]));
+    }
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.buckets, 2);
+    ht_destroy(t);
+}
+END_TEST
+
+/* MPIV_HT_BUCKETS used to allocate and clear its whole size up front (its
+ * maximum, 2^26 buckets, took 4.2 GB and 29 s). Now a size past
+ * HT_INIT_BUCKETS_MAX only starts the table at that size. */
+START_TEST(huge_initial_size_is_capped)
+{
+    struct ht_table *t;
+    struct ht_stats st;
+    ck_assert_int_eq(ht_create(&t, (size_t)1 << 26), MPIV_SUCCESS);
+    ht_stats(t, &st);
+    ck_assert_uint_eq(st.buckets, HT_INIT_BUCKETS_MAX);
+    ck_assert_uint_eq(st.stripes, 4096);
+    ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 1, 2), R(1)), HT_EMPTY);
+    ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(0, 1, 2), P(1)), R(1));
+    ht_destroy(t);
+}
+END_TEST
+
+/* The configuration's range for MPIV_HT_BUCKETS stops where ht_create
+ * stops committing memory, and says so. */
+START_TEST(config_range_of_ht_buckets)
+{
+    struct util_config c;
+    char big[32];
+    snprintf(big, sizeof big, "%zu", HT_INIT_BUCKETS_MAX * 2);
+    setenv("MPIV_HT_BUCKETS", big, 1);
+    util_err_clear();
+    ck_assert_int_eq(util_config_load(&c), MPIV_ERR_CONFIG);
+    ck_assert_msg(strstr(mpiv_error_detail(), "MPIV_HT_BUCKETS") != NULL, "detail: %s",
+                  mpiv_error_detail());
+    snprintf(big, sizeof big, "%zu", HT_INIT_BUCKETS_MAX);
+    setenv("MPIV_HT_BUCKETS", big, 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.ht_buckets, (int64_t)HT_INIT_BUCKETS_MAX);
+    unsetenv("MPIV_HT_BUCKETS");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hashtbl");
@@ -225,6 +426,11 @@ int main(void)
     tcase_add_test(tc, overflow_chains);
     tcase_add_test(tc, destroy_with_queues);
     tcase_add_test(tc, many_keys);
+    tcase_add_test(tc, grows_with_keys_and_shrinks_back);
+    tcase_add_test(tc, stripes_grow_independently);
+    tcase_add_test(tc, random_ops_match_a_model);
+    tcase_add_test(tc, huge_initial_size_is_capped);
+    tcase_add_test(tc, config_range_of_ht_buckets);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,263 @@
+/*
+ * million — N short messages between two ranks, sent and received by N
+ * ULTs on each side or by one ULT on each side in a loop; what one message
+ * costs either way, and the memory it takes (issue 17, item 6: a million
+ * ULTs, each completing one send/recv with a peer, within 2x of one ULT per
+ * message).
+ *
+ *   loop: rank 0 runs one ULT that sends N 8-byte messages to rank 1 with
+ *         tags 0..N-1; rank 1 runs one ULT that receives them in order.
+ *   ults: rank 0 spawns N ULTs, ULT i sends one 8-byte message with tag i;
+ *         rank 1 spawns N ULTs, ULT i receives tag i. The main thread spawns
+ *         them all, then joins them all, so up to N receives wait in the
+ *         matching table at once (or N unexpected messages, whichever side
+ *         runs ahead; in practice both sides spawn at the same pace and
+ *         few wait at a time).
+ *   posted: rank 1 runs one ULT that posts N receives (mpiv_irecv, tags
+ *         0..N-1), then joins a barrier, then waits for them all; rank 0
+ *         runs one ULT that joins the barrier, then sends N messages: N
+ *         receives wait in the matching table when the first message
+ *         arrives, the case a table that cannot grow handles worst. Rank 1
+ *         also prints what posting the receives cost (wall, and CPU ns
+ *         per mpiv_irecv on its worker's clock).
+ *
+ * After a warm-up of 256 messages, each phase starts after a barrier and ends when this rank has joined its
+ * ULTs; every rank prints its own time, the time per message, and its
+ * peak RSS so far (getrusage: with "all" the phases run in the order
+ * loop, posted, ults, and each figure includes the earlier phases'). Every message carries a value derived from
+ * its tag, checked by the receiver; any error makes the exit status 1.
+ *
+ * Usage: mpiv_run -n 2 million N [loop|posted|ults|all]
+ *   N: a count with an optional K (x1024) or M (x1048576) suffix, e.g. 64K.
+ *   Spawning N ULTs needs MPIV_MAX_ULTS >= N / MPIV_WORKERS.
+ * Only the public API (mpiv.h) is used.
+ */
+#include <mpiv.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#define MAGIC 0x6d696c6c696f6e00ull /* "million\0": value = MAGIC ^ tag */
+
+static _Atomic long errors;
+static int rank;
+
+static void fail(const char *what, int rc)
+{
+    fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, mpiv_strerror(rc), mpiv_error_detail());
+    errors++;
+}
+
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss; /* KiB on Linux */
+}
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void send_one(uint32_t tag)
+{
+    uint64_t v = MAGIC ^ tag;
+    int rc = mpiv_send(&v, sizeof v, 1, (int)tag);
+    if (rc)
+        fail("send", rc);
+}
+
+static void recv_one(uint32_t tag)
+{
+    uint64_t v = 0;
+    mpiv_status_t st;
+    int rc = mpiv_recv(&v, sizeof v, 0, (int)tag, &st);
+    if (rc)
+        fail("recv", rc);
+    else if (v != (MAGIC ^ tag) || st.size != sizeof v || st.tag != (int)tag) {
+        if (errors++ < 10)
+            fprintf(stderr, "rank 1: tag %u: got %#llx (%zu bytes, tag %d)\n", tag,
+                    (unsigned long long)v, st.size, st.tag);
+    }
+}
+
+static void *one_message(void *arg)
+{
+    uint32_t tag = (uint32_t)(uintptr_t)arg;
+    if (rank == 0)
+        send_one(tag);
+    else
+        recv_one(tag);
+    return NULL;
+}
+
+static void *all_messages(void *arg)
+{
+    uint32_t n = (uint32_t)(uintptr_t)arg;
+    for (uint32_t i = 0; i < n; i++)
+        one_message((void *)(uintptr_t)i);
+    return NULL;
+}
+
+/* The posted phase: rank 1 posts every receive before rank 0 sends. */
+static void *posted_messages(void *arg)
+{
+    uint32_t n = (uint32_t)(uintptr_t)arg;
+    int rc;
+    if (rank == 0) {
+        if ((rc = mpiv_barrier()))
+            fail("barrier", rc);
+        for (uint32_t i = 0; i < n; i++)
+            send_one(i);
+        return NULL;
+    }
+    mpiv_request_t *reqs = malloc(sizeof *reqs * n);
+    uint64_t *vals = calloc(n, sizeof *vals);
+    if (!reqs || !vals) {
+        fprintf(stderr, "rank 1: no memory for %u requests\n", n);
+        errors++;
+        free(reqs);
+        free(vals);
+        mpiv_barrier(); /* let rank 0 go on: its sends then fail or wait */
+        return NULL;
+    }
+    /* Posting alone: N insertions into the matching table (plus a request
+     * each), on this worker thread's CPU clock, which the other processes
+     * on a shared machine do not inflate as they do the wall clock. */
+    double w0 = mpiv_wtime(), c0 = thread_cpu_s();
+    for (uint32_t i = 0; i < n; i++)
+        if ((rc = mpiv_irecv(&vals[i], sizeof vals[i], 0, (int)i, &reqs[i])))
+            fail("irecv", rc);
+    double c1 = thread_cpu_s(), w1 = mpiv_wtime();
+    printf("rank 1  posting %u receives: %.3f s wall, %.0f ns CPU per mpiv_irecv\n", n, w1 - w0,
+           (c1 - c0) * 1e9 / n);
+    if ((rc = mpiv_barrier()))
+        fail("barrier", rc);
+    if ((rc = mpiv_waitall((int)n, reqs, NULL)))
+        fail("waitall", rc);
+    for (uint32_t i = 0; i < n; i++)
+        if (vals[i] != (MAGIC ^ i) && errors++ < 10)
+            fprintf(stderr, "rank 1: tag %u: got %#llx\n", i, (unsigned long long)vals[i]);
+    free(reqs);
+    free(vals);
+    return NULL;
+}
+
+static mpiv_ult_t *ults;
+
+/* Returns this rank's seconds for the phase, or a negative value if a
+ * spawn failed (then the job cannot finish the phase: the caller exits). */
+static double phase(const char *name, uint32_t n)
+{
+    int many = strcmp(name, "ults") == 0;
+    int rc = mpiv_barrier();
+    if (rc) {
+        fail("barrier", rc);
+        return -1;
+    }
+    double t0 = mpiv_wtime();
+    if (many) {
+        for (uint32_t i = 0; i < n; i++) {
+            rc = mpiv_ult_spawn(one_message, (void *)(uintptr_t)i, MPIV_WORKER_ANY, &ults[i]);
+            if (rc) {
+                fail("spawn", rc);
+                fprintf(stderr, "rank %d: spawned %u of %u ULTs (raise MPIV_MAX_ULTS?)\n", rank, i,
+                        n);
+                return -1;
+            }
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if ((rc = mpiv_ult_join(ults[i], NULL)))
+                fail("join", rc);
+    } else {
+        mpiv_ult_fn fn = strcmp(name, "loop") == 0 ? all_messages : posted_messages;
+        rc = mpiv_ult_spawn(fn, (void *)(uintptr_t)n, MPIV_WORKER_ANY, &ults[0]);
+        if (rc) {
+            fail("spawn", rc);
+            return -1;
+        }
+        if ((rc = mpiv_ult_join(ults[0], NULL)))
+            fail("join", rc);
+    }
+    double t = mpiv_wtime() - t0;
+    printf("rank %d  %-6s  N %8u  %9.3f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d\n", rank,
+           name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers());
+    fflush(stdout);
+    if ((rc = mpiv_barrier()))
+        fail("barrier", rc);
+    return t;
+}
+
+/* "64K" -> 65536; 0 on anything that is not a count in 1..2^24. */
+static uint32_t parse_count(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *s == '-')
+        return 0;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20, end++;
+    if (*end != '\0' || v < 1 || v > (1u << 24))
+        return 0;
+    return (uint32_t)v;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = mpiv_init(&argc, &argv);
+    if (rc) {
+        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+        return 1;
+    }
+    rank = mpiv_rank();
+    uint32_t n = argc > 1 ? parse_count(argv[1]) : 0;
+    const char *mode = argc > 2 ? argv[2] : "all";
+    int all = !strcmp(mode, "all");
+    int ok_mode = all || !strcmp(mode, "loop") || !strcmp(mode, "posted") || !strcmp(mode, "ults");
+    if (mpiv_size() != 2 || n == 0 || n > (uint32_t)MPIV_TAG_MAX || !ok_mode) {
+        if (rank == 0)
+            fprintf(stderr, "usage: mpiv_run -n 2 million N [loop|posted|ults|all]\n"
+                            "  N: 1..16M messages, K and M suffixes allowed (e.g. 64K, 1M)\n"
+                            "  (got %d ranks, N '%s', mode '%s')\n",
+                    mpiv_size(), argc > 1 ? argv[1] : "", mode);
+        mpiv_finalize();
+        return 2;
+    }
+    ults = malloc(sizeof *ults * n);
+    if (!ults) {
+        fprintf(stderr, "rank %d: no memory for %u ULT handles\n", rank, n);
+        return 1;
+    }
+    if (rank == 0)
+        printf("# million: 8-byte messages rank 0 -> rank 1, start RSS %.1f MiB\n",
+               peak_rss_kib() / 1024.0);
+    /* Warm up: the first messages between two ranks pay for connection
+     * set-up and first-touch faults that no phase should be charged for. */
+    if ((rc = mpiv_ult_spawn(all_messages, (void *)(uintptr_t)256, MPIV_WORKER_ANY, &ults[0])) ||
+        (rc = mpiv_ult_join(ults[0], NULL))) {
+        fail("warm-up", rc);
+        return 1;
+    }
+    double tl = 0, tu = 0;
+    if ((all || !strcmp(mode, "loop")) && (tl = phase("loop", n)) < 0)
+        return 1;
+    if ((all || !strcmp(mode, "posted")) && phase("posted", n) < 0)
+        return 1;
+    if ((all || !strcmp(mode, "ults")) && (tu = phase("ults", n)) < 0)
+        return 1;
+    if (tl > 0 && tu > 0)
+        printf("rank %d  ults/loop per message: %.2fx\n", rank, tu / tl);
+    free(ults);
+    rc = mpiv_finalize();
+    if (rc)
+        fail("finalize", rc);
+    return errors ? 1 : 0;
+}
