@@ -518,3 +518,75 @@ void ht_stats(struct ht_table *t, struct ht_stats *st)
         util_spin_unlock(&s->lock);
     }
 }
+
+/* Frees entry j of bucket i of stripe s (lock held): keeps I6's counts. */
+static void ht_entry_clear(struct ht_stripe *s, size_t i, int j)
+{
+    struct ht_bucket *bk = s->b;
+    size_t home = ht_home(ht_hash(bk[i].e[j].key), s->mask);
+    bk[i].e[j].val = HT_EMPTY;
+    bk[i].qmask &= ~(1u << j);
+    for (size_t x = home; x != i; x = (x + 1) & s->mask)
+        bk[x].ovf--;
+    s->used--;
+}
+
+size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *arg), void *arg,
+                    void (*fn)(ht_value v, void *arg))
+{
+    /* Found values are handed to fn in batches with every lock dropped, and
+     * emptied queues freed likewise (I8); a stripe is walked again after a
+     * full batch, since what was taken out cannot match twice. */
+    enum { BATCH = 64 };
+    ht_value got[BATCH];
+    struct ht_queue *dead[BATCH];
+    size_t total = 0;
+    for (size_t si = 0; si <= t->smask; si++) {
+        struct ht_stripe *s = &t->stripes[si];
+        int full;
+        do {
+            int n = 0, nd = 0;
+            full = 0;
+            util_spin_lock(&s->lock);
+            for (size_t i = 0; i <= s->mask && !full; i++) {
+                struct ht_bucket *b = &s->b[i];
+                for (int j = 0; j < HT_SLOTS && !full; j++) {
+                    ht_value cur = b->e[j].val;
+                    if (cur == HT_EMPTY)
+                        continue;
+                    ht_key k = b->e[j].key;
+                    if (!((b->qmask >> j) & 1u)) {
+                        if (pred(k, cur, arg)) {
+                            got[n++] = cur;
+                            ht_entry_clear(s, i, j);
+                        }
+                    } else {
+                        /* filter the ring in place, oldest first (I5) */
+                        struct ht_queue *q = ht_ptr(cur);
+                        uint32_t left = q->count, kept = 0;
+                        for (uint32_t x = 0; x < left; x++) {
+                            ht_value v = ht_queue_pop(q);
+                            if (n < BATCH && pred(k, v, arg))
+                                got[n++] = v;
+                            else
+                                kept += ht_queue_push(q, v) == 0; /* room: one was popped */
+                        }
+                        if (kept == 0) {
+                            dead[nd++] = q;
+                            ht_entry_clear(s, i, j);
+                        }
+                    }
+                    full = n == BATCH || nd == BATCH;
+                }
+            }
+            util_spin_unlock(&s->lock);
+            for (int x = 0; x < nd; x++)
+                ht_queue_free(dead[x]);
+            for (int x = 0; x < n; x++)
+                fn(got[x], arg);
+            total += (size_t)n;
+        } while (full);
+    }
+    return total;
+}
+

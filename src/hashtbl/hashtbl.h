@@ -71,6 +71,16 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
  * turn: exact only when no one inserts concurrently (tests, finalize). */
 size_t ht_count(struct ht_table *t);
 
+/* Takes out every waiting value v (of either kind, under any key k) for
+ * which pred(k, v, arg) holds, and calls fn(v, arg) on each once the
+ * table's locks are dropped (fn may use the table). Equal keys keep their
+ * order among the values left. For the rare paths: cancelling a posted
+ * receive, failing every receive from a rank that died. Walks the whole
+ * table: cost in proportion to its size, not to what it removes. Returns
+ * how many values it took out. */
+size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *arg), void *arg,
+                    void (*fn)(ht_value v, void *arg));
+
 /* The table's shape, for tests and benchmarks: stripes, buckets now, keys
  * present, and how many times a stripe doubled or halved. Locks each
  * stripe in turn, like ht_count. */

@@ -33,9 +33,13 @@ static int coll_sendrecv(const void *sbuf, size_t ssize, int dest, void *rbuf, s
     if (rc)
         return rc;
     rc = proto_isend(sbuf, ssize, dest, (int)tag, HT_CTX_COLL, &rs);
+    if (rc) {
+        /* rr lives on this stack: it must not stay in the table */
+        if (!proto_cancel_recv(&rr))
+            proto_wait(&rr, NULL);
+        return rc;
+    }
     int rc2 = proto_wait(&rr, NULL);
-    if (rc)
-        return rc; /* the receive stays posted: a peer that is gone ends the job */
     int rc1 = proto_wait(&rs, NULL);
     return rc1 ? rc1 : rc2;
 }

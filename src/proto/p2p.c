@@ -615,10 +615,37 @@ static void fail_peer_req(struct mpiv_request *r, void *arg)
     finish(r, MPIV_ERR_PEER);
 }
 
+static int recv_from(ht_key k, ht_value v, void *arg)
+{
+    return ht_kind(v) == HT_KIND_REQ && (int)((k >> 32) & 0xffffffu) == *(int *)arg;
+}
+
+static void fail_posted(ht_value v, void *arg) { fail_peer_req(ht_ptr(v), arg); }
+
 void proto_on_peer_failed(int rank)
 {
-    util_log_error("rank %d failed: its pending rendezvous operations fail", rank);
+    util_log_error("rank %d failed: operations pending with it fail", rank);
     proto_handle_take_if(with_peer, &rank, fail_peer_req);
+    /* Receives posted for it would wait forever; messages it sent before
+     * stay, and later receives may still take them. */
+    ht_remove_if(proto.ht, recv_from, &rank, fail_posted);
+}
+
+static int is_req(ht_key k, ht_value v, void *arg)
+{
+    (void)k;
+    return ht_kind(v) == HT_KIND_REQ && ht_ptr(v) == arg;
+}
+
+static void nothing(ht_value v, void *arg)
+{
+    (void)v;
+    (void)arg;
+}
+
+bool proto_cancel_recv(struct mpiv_request *r)
+{
+    return ht_remove_if(proto.ht, is_req, r, nothing) > 0;
 }
 
 /* --- operations --------------------------------------------------------------- */
@@ -720,8 +747,16 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
         r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));
-    if (v != HT_EMPTY)
+    if (v != HT_EMPTY) {
         proto_match(r, ht_ptr(v), false);
+    } else if (util_unlikely(!srv_peer_alive(src) && src != proto.rank) && proto_cancel_recv(r)) {
+        /* I7: a rank declared failed before we were in the table sends
+         * nothing more (one declared after finds us in its sweep). */
+        if (r->mr)
+            srv_mr_put(r->mr);
+        r->mr = NULL;
+        return util_err(MPIV_ERR_PEER, "rank %d has failed: nothing more will come from it", src);
+    }
     return MPIV_SUCCESS;
 }
 

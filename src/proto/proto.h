@@ -192,6 +192,10 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status);
 /* 1 if r is complete (a later proto_wait returns at once), else 0. */
 int proto_test(struct mpiv_request *r);
+/* Takes posted receive r back out of the matching table; false if a
+ * message matched it first (it then completes as usual: wait for it).
+ * Walks the table: for error paths only. */
+bool proto_cancel_recv(struct mpiv_request *r);
 
 /* Handlers the server runs, registered by mpiv_init. */
 void proto_on_packet(pkt_t *p);

@@ -412,6 +412,51 @@ START_TEST(config_range_of_ht_buckets)
 }
 END_TEST
 
+/* ht_remove_if takes out exactly what its predicate names, of both kinds,
+ * inline and queued, hands each to its callback once, and keeps the order
+ * of what stays (a key's remaining requests still match oldest first). */
+static uint64_t objs[64];
+
+static int odd_reqs(ht_key k, ht_value v, void *arg)
+{
+    (void)k;
+    (void)arg;
+    return ht_kind(v) == HT_KIND_REQ && ((uint64_t *)ht_ptr(v) - objs) % 2 == 1;
+}
+static void count_removed(ht_value v, void *arg)
+{
+    (void)v;
+    ++*(int *)arg;
+}
+
+START_TEST(remove_if_keeps_the_rest_in_order)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 16), MPIV_SUCCESS);
+    /* key 1: a queue of 10 requests; keys 100..139: one request each;
+     * key 2: one packet (never removed: it is not a request) */
+    for (int i = 0; i < 10; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, 1, ht_val(&objs[i], HT_KIND_REQ)), HT_EMPTY);
+    for (int i = 0; i < 40; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, 100 + (ht_key)i, ht_val(&objs[10 + i], HT_KIND_REQ)),
+                          HT_EMPTY);
+    ck_assert_uint_eq(ht_match_or_insert(t, 2, ht_val(&objs[50], HT_KIND_PKT)), HT_EMPTY);
+    int removed = 0;
+    size_t n = ht_remove_if(t, odd_reqs, &removed, count_removed);
+    ck_assert_uint_eq(n, 25);
+    ck_assert_int_eq(removed, 25);
+    ck_assert_uint_eq(ht_count(t), 51 - 25);
+    /* key 1: the even ones remain, oldest first */
+    for (int i = 0; i < 10; i += 2) {
+        ht_value v = ht_match_or_insert(t, 1, ht_val(&objs[60], HT_KIND_PKT));
+        ck_assert_ptr_eq(ht_ptr(v), &objs[i]);
+    }
+    ck_assert_uint_eq(ht_match_or_insert(t, 1, ht_val(&objs[60], HT_KIND_PKT)), HT_EMPTY);
+    ck_assert_uint_eq(ht_remove_if(t, odd_reqs, &removed, count_removed), 0);
+    ht_destroy(t);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hashtbl");
@@ -431,6 +476,7 @@ int main(void)
     tcase_add_test(tc, random_ops_match_a_model);
     tcase_add_test(tc, huge_initial_size_is_capped);
     tcase_add_test(tc, config_range_of_ht_buckets);
+    tcase_add_test(tc, remove_if_keeps_the_rest_in_order);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
