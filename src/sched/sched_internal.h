@@ -1,9 +1,10 @@
 /*
  * sched_internal.h — the scheduler's data structures and its hot paths
  * (signal, wait, yield, the context switch), static inline so that the
- * layers above pay no call for them. The cold rest (start-up, stacks,
- * spawn/join, the worker loop) is in sched.c; the ULT sync objects in
- * sync.c.
+ * layers above pay no call for them. The cold rest (start-up, slots,
+ * spawn/join, the worker loop) is in sched.c; the stacks (layout, guard
+ * pages, tripwires, the overflow report) in stack.c; the ULT sync objects
+ * in sync.c.
  *
  * Per worker ω:
  *   words[]    one bit per ULT slot Γ: set = "Γ is runnable".
@@ -91,7 +92,7 @@ fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
 #define SCHED_STACK_CHUNK 1024
 /* Bytes at the top of every stack region, above the ULT record, that hold
  * the tripwire of the stack above when that one has no guard page (see
- * "Stacks" at the top of sched.c). A multiple of the cache line. */
+ * the top of stack.c). A multiple of the cache line. */
 #define SCHED_TRIPWIRE_BYTES 512
 
 #define SYNC_SIGNALLED ((uintptr_t)1)
@@ -156,8 +157,7 @@ struct sched_worker {
     struct mpiv_ult *free_list;
     uint32_t hwm;   /* slots ever used */
     uint32_t live;  /* spawned and not yet joined */
-    char *chunk;    /* unused part of the newest stack chunk */
-    uint32_t chunk_left;
+    uint32_t chunk_left; /* stacks of cur not carved yet */
     uint32_t chunk_next_n; /* stacks in the next chunk to map */
     struct sched_chunk *chunks;   /* all of w's chunks (freed at finalize) */
     struct sched_chunk *cur;      /* the one being carved */
@@ -210,11 +210,48 @@ static inline long sched_futex(atomic_int *addr, int op, int val)
     return syscall(SYS_futex, (int *)addr, op | FUTEX_PRIVATE_FLAG, val, NULL, NULL, 0);
 }
 
-/* --- context switches ----------------------------------------------------- */
+/* --- stacks (stack.c) ------------------------------------------------------ */
+
+/* A mapping of n stacks, each with its guard page (see the top of
+ * stack.c). Owned by one worker, freed at sched_finalize. */
+struct sched_chunk {
+    struct sched_chunk *next;
+    void *base;
+    size_t len;
+    uint32_t n; /* stacks */
+    uint32_t guard_vmas; /* its mprotect guards, given back when unmapped */
+    uint64_t unguarded[SCHED_STACK_CHUNK / 64]; /* bit k: stack k has no guard */
+};
+
+/* Bytes from one stack's guard page to the next one's. */
+static inline size_t sched_stack_stride(void) { return sched_g.page + sched_g.stack_size; }
+
+/* Anonymous zeroed memory, committed lazily; NULL on failure. */
+void *sched_map_zeroed(size_t len);
+/* Decides how stacks get guards on this kernel and draws the tripwire
+ * pattern. sched_init, before the workers start; sched_g.page and
+ * sched_g.stack_size set. */
+void sched_stack_probe(void);
+/* Gives back what sched_stack_probe kept (the pidfd). */
+void sched_stack_release(void);
+/* Maps and prepares a chunk of n <= SCHED_STACK_CHUNK stacks, guards
+ * installed; NULL (errno set) if it cannot be mapped. Slow (milliseconds):
+ * call without locks held. */
+struct sched_chunk *sched_chunk_make(uint32_t n);
+/* Unmaps c and gives back its mprotect guards. */
+void sched_chunk_free(struct sched_chunk *c);
+/* The record at the top of stack k of c, with stack_lo, stack_size and
+ * tripwire set (the tripwire armed if the stack has no guard). Touches the
+ * record's page and, for an unguarded stack, the top of the stack below. */
+struct mpiv_ult *sched_stack_record(struct sched_chunk *c, uint32_t k);
+/* The SIGSEGV handler that reports ULT stack overflows; chains to the
+ * previous handler for any other fault. Idempotent. */
+void sched_stack_segv_install(void);
+void sched_stack_segv_restore(void);
 
 /* Only for a ULT whose stack has no guard page (u->tripwire set): aborts
  * with the overflow report if u's stack pointer is below its stack or its
- * tripwire was written. In sched.c. */
+ * tripwire was written. */
 void sched_stack_check(struct sched_worker *w, struct mpiv_ult *u);
 
 /* Tests only: the next sched_init behaves as on a kernel without
@@ -222,6 +259,8 @@ void sched_stack_check(struct sched_worker *w, struct mpiv_ult *u);
  * tripwires). A negative budget restores the default. Call before
  * sched_init, from one thread. */
 void sched_test_force_guard_fallback(int vma_budget);
+
+/* --- context switches ----------------------------------------------------- */
 
 /* ULT -> its scheduler. `data` is NULL (suspend) or SCHED_ULT_FINISHED. */
 static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
