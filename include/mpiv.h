@@ -147,7 +147,9 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult);
 
 /* Waits for `ult` to return and stores its return value in *retval (retval
  * may be NULL), then releases the ULT. Callable from a ULT or any pthread;
- * joining oneself is MPIV_ERR_DEADLOCK. */
+ * joining oneself is MPIV_ERR_DEADLOCK. A handle is joined once: joining it
+ * again (or while another caller joins it), after its ULT was released, or
+ * a value that is not a handle is MPIV_ERR_ARG and waits for nothing. */
 int mpiv_ult_join(mpiv_ult_t ult, void **retval);
 
 /* Lets the other runnable ULTs of this worker run. From a plain pthread it

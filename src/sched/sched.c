@@ -56,7 +56,9 @@ static struct mpiv_ult *new_slot(struct sched_worker *w)
     struct mpiv_ult *u = sched_stack_record(w->cur, k);
     u->w = w;
     u->id = w->hwm;
-    w->slot[u->id] = u;
+    /* release: a joiner that looks up a handle with acquire sees the
+     * record's fields (w, id) */
+    atomic_store_explicit(&w->slot[u->id], u, memory_order_release);
     uint32_t need = u->id / 4096 + 1;
     /* relaxed load: only this lock holder writes nsum. The store is at
      * least release (a sweep that sees the new count sees slot[], S3) and
@@ -180,7 +182,8 @@ static inline void run_word(struct sched_worker *w, uint32_t wi)
     while (bits) {
         uint32_t b = (uint32_t)__builtin_ctzll(bits);
         bits &= bits - 1;
-        sched_run(w, w->slot[wi * 64 + b]);
+        /* relaxed: the exchange above ordered the record (R2) */
+        sched_run(w, atomic_load_explicit(&w->slot[wi * 64 + b], memory_order_relaxed));
     }
 }
 
@@ -330,7 +333,7 @@ static void free_worker(struct sched_worker *w)
     if (w->summary)
         munmap((void *)w->summary, sched_g.nsumwords * sizeof(uint64_t));
     if (w->slot)
-        munmap(w->slot, sched_g.max_ults * sizeof(void *));
+        munmap((void *)w->slot, sched_g.max_ults * sizeof(void *));
     if (w->altstack)
         munmap(w->altstack, 64 << 10);
     free(w);
@@ -514,7 +517,20 @@ const int *sched_worker_cores(int *n)
 
 int mpiv_num_workers(void) { return sched_num_workers(); }
 int mpiv_worker_id(void) { return sched_worker_id(); }
-mpiv_ult_t mpiv_ult_self(void) { return sched_self(); }
+/* u's handle for its current generation (see sched_internal.h). */
+static mpiv_ult_t ult_handle(const struct mpiv_ult *u, uint32_t gen)
+{
+    uintptr_t h = (uintptr_t)gen << (SCHED_H_SLOT_BITS + SCHED_H_WORKER_BITS) |
+                  (uintptr_t)u->w->id << SCHED_H_SLOT_BITS | u->id;
+    return (mpiv_ult_t)h;
+}
+
+mpiv_ult_t mpiv_ult_self(void)
+{
+    struct mpiv_ult *u = sched_self();
+    /* relaxed: only the spawner wrote the generation, before u ran */
+    return u ? ult_handle(u, atomic_load_explicit(&u->hstate, memory_order_relaxed) >> 1) : NULL;
+}
 
 int mpiv_ult_yield(void)
 {
@@ -549,6 +565,14 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
     u->fn = fn;
     u->arg = arg;
     u->ret = NULL;
+    /* The slot's next generation: no older handle of it names this ULT.
+     * Relaxed: the last joiner's claim came before it put the slot on the
+     * free list (w->lock orders it before our take_slot); a stale joiner's
+     * CAS fails whichever value it reads; a joiner of the new handle got
+     * it through something that orders. */
+    uint32_t gen = atomic_load_explicit(&u->hstate, memory_order_relaxed) >> 1;
+    gen = gen % SCHED_H_GEN_MAX + 1;
+    atomic_store_explicit(&u->hstate, gen << 1, memory_order_relaxed);
     /* relaxed: the bit-set below publishes it with release */
     atomic_store_explicit(&u->join.state, 0, memory_order_relaxed);
 #ifdef SCHED_ASAN
@@ -563,19 +587,53 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
     u->tsan_fiber = __tsan_create_fiber(0);
 #endif
     u->ctx = make_fcontext((char *)u, u->stack_size, ult_entry);
-    *ult = u;
+    *ult = ult_handle(u, gen);
     sched_make_runnable(w, u);
     return MPIV_SUCCESS;
 }
 
-int mpiv_ult_join(mpiv_ult_t u, void **retval)
+/* The record that handle h names, if h is a handle this scheduler gave out
+ * (any generation); NULL otherwise. Never dereferences h. */
+static struct mpiv_ult *ult_lookup(mpiv_ult_t h)
+{
+    uintptr_t v = (uintptr_t)h;
+    uint32_t id = (uint32_t)(v & ((UINT32_C(1) << SCHED_H_SLOT_BITS) - 1));
+    uintptr_t wi = v >> SCHED_H_SLOT_BITS & ((UINT32_C(1) << SCHED_H_WORKER_BITS) - 1);
+    if (v >> (SCHED_H_SLOT_BITS + SCHED_H_WORKER_BITS) == 0 || wi >= (uintptr_t)sched_g.nworkers ||
+        id >= sched_g.max_ults)
+        return NULL;
+    /* acquire: pairs with new_slot's release, the record's fields are set */
+    return atomic_load_explicit(&sched_g.workers[wi]->slot[id], memory_order_acquire);
+}
+
+int mpiv_ult_join(mpiv_ult_t h, void **retval)
 {
     if (!sched_ready())
         return util_err(MPIV_ERR_STATE, "mpiv_ult_join before mpiv_init");
-    if (!u)
+    if (!h)
         return util_err(MPIV_ERR_ARG, "mpiv_ult_join: ult is NULL");
-    if (u == sched_self())
+    struct mpiv_ult *u = ult_lookup(h);
+    if (!u)
+        return util_err(MPIV_ERR_ARG, "mpiv_ult_join: %p is not a ULT handle", (void *)h);
+    uint32_t gen = (uint32_t)((uintptr_t)h >> (SCHED_H_SLOT_BITS + SCHED_H_WORKER_BITS));
+    uint32_t want = gen << 1;
+    /* relaxed: our own generation, written before we ran (another
+     * joiner may have claimed it meanwhile) */
+    if (u == sched_self() && atomic_load_explicit(&u->hstate, memory_order_relaxed) >> 1 == gen)
         return util_err(MPIV_ERR_DEADLOCK, "a ULT cannot join itself");
+    /* Take the handle: only one joiner per spawn gets past here. acquire
+     * on success is not needed for the data (the join sync orders the
+     * ULT's writes); relaxed on failure: only the value is reported. */
+    uint32_t cur = want;
+    if (!atomic_compare_exchange_strong_explicit(&u->hstate, &cur, want | SCHED_H_CLAIMED,
+                                                 memory_order_relaxed, memory_order_relaxed))
+        return util_err(MPIV_ERR_ARG,
+                        cur >> 1 == gen
+                            ? "mpiv_ult_join: ULT %u of worker %d is joined already, or being "
+                              "joined by another caller (a handle is joined once)"
+                            : "mpiv_ult_join: stale handle: ULT %u of worker %d was joined and "
+                              "its slot reused since",
+                        u->id, u->w->id);
     sched_wait_inline(&u->join);
     if (retval)
         *retval = u->ret;

@@ -103,8 +103,29 @@ fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
 
 struct sched_worker;
 
-/* One ULT record; the public mpiv_ult_t points to it. It lives at the top
- * of its own stack, so a blocked ULT costs one committed page. */
+/* A ULT handle (the public mpiv_ult_t) is not a pointer but a number that
+ * names a record and one use of it:
+ *   bits  0..23  Γ, the slot on its worker (MPIV_MAX_ULTS <= 2^24)
+ *   bits 24..35  the worker (MPIV_WORKERS <= 4096)
+ *   bits 36..63  the generation: the slot's spawn count, 1..2^28-1, never 0
+ * so that a handle is never NULL, and a handle whose ULT was joined (a
+ * second join) or whose slot has been reused (a stale handle) is told
+ * apart from the live one and refused, and a made-up value is refused
+ * without being dereferenced. The generation wraps after 2^28 - 1 spawns
+ * on one slot: a stale handle kept that long would name the live ULT
+ * again. */
+#define SCHED_H_SLOT_BITS 24
+#define SCHED_H_WORKER_BITS 12
+#define SCHED_H_GEN_BITS 28
+#define SCHED_H_GEN_MAX ((UINT32_C(1) << SCHED_H_GEN_BITS) - 1)
+_Static_assert(SCHED_H_SLOT_BITS + SCHED_H_WORKER_BITS + SCHED_H_GEN_BITS <= 8 * sizeof(void *),
+               "a ULT handle fits in a pointer");
+/* u->hstate: the generation of u's current (or last) handle times 2, plus
+ * SCHED_H_CLAIMED once a joiner has taken that handle. */
+#define SCHED_H_CLAIMED UINT32_C(1)
+
+/* One ULT record. It lives at the top of its own stack, so a blocked ULT
+ * costs one committed page. */
 struct mpiv_ult {
     _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3) */
     /* NULL if a guard page lies below stack_lo; else the tripwire words
@@ -119,6 +140,9 @@ struct mpiv_ult {
     char *stack_lo;             /* lowest usable byte; guard page below */
     size_t stack_size;          /* usable bytes, up to this record */
     uint32_t id;                /* Γ */
+    /* generation * 2 | SCHED_H_CLAIMED, see above: set by the spawner
+     * before the handle is returned, claimed by the one joiner (CAS) */
+    _Atomic uint32_t hstate;
     sched_sync join;            /* signalled by the scheduler when done */
 #ifdef SCHED_ASAN
     void *asan_fake;
@@ -133,7 +157,10 @@ struct sched_worker {
     /* read by every signaller: */
     _Alignas(UTIL_CACHELINE) _Atomic uint64_t *words;
     _Atomic uint64_t *summary;
-    struct mpiv_ult **slot;
+    /* written once per slot, under lock (release); read by the worker
+     * (its own order comes from the bit exchanges) and by joiners
+     * (acquire) looking up a handle */
+    _Atomic(struct mpiv_ult *) *slot;
     _Atomic uint32_t nsum; /* summary words in use (grows with hwm) */
     int id;
     _Alignas(UTIL_CACHELINE) atomic_int sleeping; /* futex word, see top */

@@ -1,7 +1,9 @@
 /* Scheduler basics on one worker: spawn/join at several sizes, slot
- * recycling, capacity, argument and state errors, signal before wait,
+ * recycling, capacity, argument and state errors, joins of joined and
+ * stale handles, signal before wait,
  * yield order, nested spawns, and the stack-overflow report (with guard
  * pages, and in the fallback for kernels without MADV_GUARD_INSTALL). */
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -13,6 +15,13 @@
 #include "sched_test.h"
 
 static void *ret_arg_plus_one(void *arg) { return (char *)arg + 1; }
+
+/* Where the ULT's frame is: the same value for ULTs on the same stack. */
+__attribute__((noinline)) static void *frame_address(void *arg)
+{
+    (void)arg;
+    return __builtin_frame_address(0);
+}
 
 START_TEST(errors_before_init)
 {
@@ -121,16 +130,82 @@ START_TEST(capacity_and_recycling)
         ck_assert_int_eq(mpiv_ult_join(u[i], &r), 0);
         ck_assert_ptr_eq(r, (void *)(intptr_t)i);
     }
-    /* slots are recycled, last joined first: many more spawns than slots */
+    /* slots are recycled, last joined first: many more spawns than slots,
+     * all on the same stack, each with a handle of its own */
     mpiv_ult_t prev = NULL;
+    void *prev_frame = NULL;
     for (int i = 0; i < 10000; i++) {
         mpiv_ult_t v;
-        ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &v), 0);
-        ck_assert_int_eq(mpiv_ult_join(v, NULL), 0);
-        if (prev)
-            ck_assert_ptr_eq(v, prev);
+        void *frame;
+        ck_assert_int_eq(mpiv_ult_spawn(frame_address, NULL, 0, &v), 0);
+        ck_assert_int_eq(mpiv_ult_join(v, &frame), 0);
+        if (prev) {
+            ck_assert_ptr_eq(frame, prev_frame);
+            ck_assert_ptr_ne(v, prev);
+        }
         prev = v;
+        prev_frame = frame;
     }
+    sched_test_stop();
+}
+END_TEST
+
+/* The second join of a handle is refused, with a detail; without the
+ * handle's generation it waited for a signal that had been consumed
+ * already. It runs on a pthread so that such a hang fails the test with a
+ * message instead of reaching the test's time limit. */
+static atomic_int second_join_rc = -1;
+
+static void *join_again(void *arg)
+{
+    atomic_store(&second_join_rc, mpiv_ult_join((mpiv_ult_t)arg, NULL));
+    return NULL;
+}
+
+START_TEST(join_twice)
+{
+    sched_test_start(1, 64, NULL);
+    mpiv_ult_t u;
+    void *r;
+    ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, (void *)1, 0, &u), 0);
+    ck_assert_int_eq(mpiv_ult_join(u, &r), MPIV_SUCCESS);
+    ck_assert_ptr_eq(r, (void *)2);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, join_again, (void *)u), 0);
+    for (int ms = 0; atomic_load(&second_join_rc) < 0; ms++) {
+        if (ms == 30000)
+            ck_abort_msg("a second join of one handle still waits after 30 s");
+        sched_test_sleep_us(1000);
+    }
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&second_join_rc), MPIV_ERR_ARG);
+    /* and once more from this thread, whose detail we can read */
+    ck_assert_int_eq(mpiv_ult_join(u, NULL), MPIV_ERR_ARG);
+    ck_assert_msg(strstr(mpiv_error_detail(), "joined already") != NULL, "detail: %s",
+                  mpiv_error_detail());
+    sched_test_stop(); /* the live count was not decremented twice */
+}
+END_TEST
+
+START_TEST(join_stale_handle)
+{
+    /* one worker, LIFO free list: b gets a's slot and stack. Joining a's
+     * handle then is refused and leaves b alone; without the generation
+     * it reaped b (returning b's value as a's) and b's own join hung. */
+    sched_test_start(1, 64, NULL);
+    mpiv_ult_t a, b;
+    void *fa, *fb;
+    ck_assert_int_eq(mpiv_ult_spawn(frame_address, NULL, 0, &a), 0);
+    ck_assert_int_eq(mpiv_ult_join(a, &fa), 0);
+    ck_assert_int_eq(mpiv_ult_spawn(frame_address, NULL, 0, &b), 0);
+    void *r = (void *)7;
+    ck_assert_int_eq(mpiv_ult_join(a, &r), MPIV_ERR_ARG);
+    ck_assert_msg(strstr(mpiv_error_detail(), "stale handle") != NULL, "detail: %s",
+                  mpiv_error_detail());
+    ck_assert_ptr_eq(r, (void *)7); /* untouched */
+    ck_assert_int_eq(mpiv_ult_join(b, &fb), MPIV_SUCCESS);
+    ck_assert_ptr_eq(fa, fb); /* it was the same slot */
+    ck_assert_ptr_ne(a, b);
     sched_test_stop();
 }
 END_TEST
@@ -155,6 +230,19 @@ START_TEST(bad_arguments)
     ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 1, &u), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, -2, &u), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_ult_join(NULL, NULL), MPIV_ERR_ARG);
+    /* made-up handles are refused without being dereferenced: a pointer
+     * to a local, small numbers, a worker and a slot out of range, a slot
+     * never used */
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)&u, NULL), MPIV_ERR_ARG);
+    ck_assert(strstr(mpiv_error_detail(), "not a ULT handle") != NULL);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)(uintptr_t)0x1000, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)~(uintptr_t)0, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)(uintptr_t)(UINT64_C(1) << 36 | 1 << 24), NULL),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)(uintptr_t)(UINT64_C(1) << 36 | 64), NULL),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_join((mpiv_ult_t)(uintptr_t)(UINT64_C(1) << 36 | 63), NULL),
+                     MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_ult_spawn(join_self, NULL, 0, &u), 0);
     ck_assert_int_eq(mpiv_ult_join(u, NULL), 0);
     ck_assert_int_eq(self_join_rc, MPIV_ERR_DEADLOCK);
@@ -408,7 +496,7 @@ static void *fb_blocked(void *arg)
 static void *fb_overflow(void *arg)
 {
     long c = (long)arg;
-    struct mpiv_ult *self = mpiv_ult_self();
+    struct mpiv_ult *self = sched_self();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     dive_to = c == 0 ? self->stack_lo - 1024 : self->stack_lo - page - SCHED_TRIPWIRE_BYTES / 2;
     dive_then_yield = c == 0;
@@ -458,6 +546,8 @@ static Suite *sched_suite(void)
     tcase_add_loop_test(tc, spawn_join_many, 0, (int)(sizeof sizes / sizeof sizes[0]));
     tcase_add_test(tc, capacity_and_recycling);
     tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, join_twice);
+    tcase_add_test(tc, join_stale_handle);
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);

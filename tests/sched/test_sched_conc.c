@@ -1,6 +1,7 @@
 /* Scheduler concurrency: signals from another worker and from a plain
  * pthread, pthread waiters, fairness under self-re-signalling ULTs, and
- * the counter, mutex and barrier with ULTs and pthreads mixed. */
+ * the counter, mutex and barrier with ULTs and pthreads mixed, and two
+ * joiners racing for one ULT. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -519,6 +520,62 @@ START_TEST(idle_hook_drives_wakeups)
 }
 END_TEST
 
+/* --- one handle joined by two pthreads at once ------------------------------ */
+
+static sched_sync jt_gate;
+static mpiv_ult_t jt_ult;
+static atomic_int jt_ready;
+
+static void *jt_wait_gate(void *arg)
+{
+    sched_wait(&jt_gate);
+    return arg;
+}
+
+static void *jt_joiner(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&jt_ready, 1);
+    void *r = NULL;
+    int rc = mpiv_ult_join(jt_ult, &r);
+    /* 1 joined (and got the value), 2 refused, negative: anything else */
+    intptr_t v = rc == MPIV_SUCCESS ? (r == (void *)0x51 ? 1 : -1) : rc == MPIV_ERR_ARG ? 2 : -2;
+    return (void *)v;
+}
+
+START_TEST(join_race)
+{
+    /* Exactly one of two racing joiners gets the ULT; the other is told
+     * the handle is taken. Without the claim both waited on one sync
+     * object (it holds one waiter: the second saw it busy, took that for
+     * a signal and returned at once) and both put the slot on the free
+     * list. Repeated so that the joins overlap the ULT's end in every
+     * way; the live count must come out at zero. */
+    sched_test_start(2, 64, NULL);
+    for (int round = 0; round < 200; round++) {
+        sched_sync_init(&jt_gate);
+        atomic_store(&jt_ready, 0);
+        ck_assert_int_eq(mpiv_ult_spawn(jt_wait_gate, (void *)0x51, 0, &jt_ult), 0);
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++)
+            ck_assert_int_eq(pthread_create(&t[i], NULL, jt_joiner, NULL), 0);
+        while (atomic_load(&jt_ready) < 2 - round % 2)
+            sched_yield();
+        sched_signal(&jt_gate);
+        intptr_t got[2];
+        for (int i = 0; i < 2; i++) {
+            void *r;
+            pthread_join(t[i], &r);
+            got[i] = (intptr_t)r;
+        }
+        ck_assert_msg((got[0] == 1 && got[1] == 2) || (got[0] == 2 && got[1] == 1),
+                      "round %d: joiners got %ld and %ld (1 = joined, 2 = refused)", round,
+                      (long)got[0], (long)got[1]);
+    }
+    sched_test_stop(); /* nothing live, nothing counted twice */
+}
+END_TEST
+
 static Suite *conc_suite(void)
 {
     Suite *s = suite_create("sched_concurrency");
@@ -533,6 +590,7 @@ static Suite *conc_suite(void)
     tcase_add_test(tc, mutex_exclusion);
     tcase_add_test(tc, barrier_rounds);
     tcase_add_test(tc, idle_hook_drives_wakeups);
+    tcase_add_test(tc, join_race);
     suite_add_tcase(s, tc);
     return s;
 }
