@@ -6,10 +6,18 @@
  * what it is for. util_config_load parses them all and stops at the first
  * bad one with a message naming it and what it accepts; util_config_help
  * prints the table for --help. The README's table is written from this.
+ *
+ * Whitespace: a value's leading and trailing whitespace (spaces, tabs,
+ * newlines, as `$(cat file)` or a quoted "3 " leaves them) is ignored, for
+ * every kind alike, so " 3", "3 " and " 3 " all mean 3. Whitespace inside a
+ * value is not ("64 K" is rejected), and a value of whitespace only is
+ * rejected (it is set, but says nothing); an empty value means the
+ * default.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +56,8 @@ static const struct cfg_var cfg_vars[] = {
     {"MPIV_RECV_DEPTH", CFG_INT, OFF(recv_depth), 1, 1 << 16, 64, NULL,
      "receive packets the server keeps posted; must be below MPIV_PACKETS"},
     {"MPIV_EAGER_LIMIT", CFG_SIZE, OFF(eager_limit), 0, 1 << 20, 0, NULL,
-     "largest message sent eagerly; 0 = as much as a packet holds"},
+     "largest message sent eagerly, at most MPIV_PACKET_SIZE minus the 32-byte header; "
+     "0 = as much as a packet holds"},
     {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 20, 0, NULL,
      "initial matching-table buckets (64 B each), a power of two; the table grows and shrinks "
      "back by itself; 0 = sized from MPIV_PACKETS"},
@@ -71,6 +80,27 @@ static const struct cfg_var cfg_vars[] = {
 };
 
 #define NVARS (sizeof cfg_vars / sizeof cfg_vars[0])
+
+/* Whether p holds nothing but whitespace (or nothing). */
+static bool only_space(const char *p)
+{
+    while (isspace((unsigned char)*p))
+        p++;
+    return *p == '\0';
+}
+
+/* s without its leading and trailing whitespace: its start, and its
+ * length in *len. */
+static const char *trimmed(const char *s, size_t *len)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    *len = n;
+    return s;
+}
 
 int util_parse_size(const char *s, int64_t *out)
 {
@@ -96,7 +126,7 @@ int util_parse_size(const char *s, int64_t *out)
         end++; /* accept KiB-style "Ki" */
     if (shift && (*end == 'b' || *end == 'B'))
         end++;
-    if (*end != '\0')
+    if (!only_space(end))
         return -1;
     if (v > ((unsigned long long)INT64_MAX >> shift))
         return -1;
@@ -104,12 +134,13 @@ int util_parse_size(const char *s, int64_t *out)
     return 0;
 }
 
+/* strtoll skips leading whitespace itself */
 static int parse_int(const char *s, int64_t *out)
 {
     errno = 0;
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || errno)
+    if (end == s || !only_space(end) || errno)
         return -1;
     *out = v;
     return 0;
@@ -118,7 +149,10 @@ static int parse_int(const char *s, int64_t *out)
 static int parse_words(const char *s, const char *words, int64_t *out)
 {
     int64_t idx = 0;
-    size_t len = strlen(s);
+    size_t len;
+    s = trimmed(s, &len);
+    if (len == 0)
+        return -1;
     for (const char *w = words; *w; idx++) {
         const char *bar = strchr(w, '|');
         size_t wl = bar ? (size_t)(bar - w) : strlen(w);
@@ -146,7 +180,7 @@ static int bad_var(const struct cfg_var *v, const char *val)
     case CFG_WORDS:
         return util_err(MPIV_ERR_CONFIG, "%s=%s: expected one of %s", v->name, val, v->words);
     case CFG_STRING:
-        return util_err(MPIV_ERR_CONFIG, "%s=%s: too long (at most 63 characters)", v->name, val);
+        return util_err(MPIV_ERR_CONFIG, "%s=%s: expected 1 to 63 characters", v->name, val);
     }
     return MPIV_ERR_INTERNAL;
 }
@@ -220,10 +254,13 @@ int util_config_load(struct util_config *c)
         if (v->kind == CFG_STRING) {
             const char *s = getenv(v->name);
             char *dst = (char *)c + v->offset;
-            if (s) {
-                if (strlen(s) >= 64)
+            if (s && *s) {
+                size_t len;
+                const char *t = trimmed(s, &len);
+                if (len == 0 || len >= 64)
                     return bad_var(v, s);
-                strcpy(dst, s);
+                memcpy(dst, t, len);
+                dst[len] = '\0';
             }
             continue;
         }
@@ -240,10 +277,14 @@ int util_config_load(struct util_config *c)
     if (c->ht_buckets && (c->ht_buckets & (c->ht_buckets - 1)))
         return util_err(MPIV_ERR_CONFIG, "MPIV_HT_BUCKETS=%lld: expected a power of two",
                         (long long)c->ht_buckets);
-    if (c->eager_limit > c->packet_size)
+    /* a packet holds the header and at most the rest as eager payload */
+    int64_t payload = c->packet_size - UTIL_PACKET_HEADER_BYTES;
+    if (c->eager_limit > payload)
         return util_err(MPIV_ERR_CONFIG,
-                        "MPIV_EAGER_LIMIT=%lld cannot exceed MPIV_PACKET_SIZE=%lld",
-                        (long long)c->eager_limit, (long long)c->packet_size);
+                        "MPIV_EAGER_LIMIT=%lld does not fit in a packet: with MPIV_PACKET_SIZE=%lld "
+                        "(of which %d bytes are the header) it can be at most %lld",
+                        (long long)c->eager_limit, (long long)c->packet_size,
+                        UTIL_PACKET_HEADER_BYTES, (long long)payload);
 
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     c->ncores = n > 0 ? (int)n : 1;

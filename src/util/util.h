@@ -97,6 +97,11 @@ struct util_config {
     int local_rank;         /* this rank's index among them                  */
 };
 
+/* Bytes of the protocol header at the start of every packet (proto/'s
+ * struct proto_hdr, which asserts it), known here so that the
+ * configuration can check MPIV_EAGER_LIMIT against MPIV_PACKET_SIZE. */
+#define UTIL_PACKET_HEADER_BYTES 32
+
 /* Fills *cfg from the environment. On a bad value returns MPIV_ERR_CONFIG
  * with a detail naming the variable and what it accepts. Idempotent. */
 int util_config_load(struct util_config *cfg);

@@ -1,5 +1,7 @@
-/* Unit tests for src/util: error names, configuration parsing, sizes. */
+/* Unit tests for src/util: error names, configuration parsing (ranges,
+ * whitespace, the eager limit against the packet), sizes. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,8 +78,21 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_HT_BUCKETS", "1000", "power of two"},
     {"MPIV_BOOT_TIMEOUT", "0", "MPIV_BOOT_TIMEOUT=0: expected an integer from 1 to 86400"},
     {"MPIV_RECV_DEPTH", "4096", "must be below MPIV_PACKETS"},
-    {"MPIV_EAGER_LIMIT", "16K", "cannot exceed MPIV_PACKET_SIZE"},
-    {"MPIV_OFI_PROVIDER", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", "too long"},
+    /* the default packet (8 KiB) holds a 32-byte header and 8160 bytes */
+    {"MPIV_EAGER_LIMIT", "16K", "MPIV_EAGER_LIMIT=16384 does not fit in a packet: with "
+                                "MPIV_PACKET_SIZE=8192 (of which 32 bytes are the header) it "
+                                "can be at most 8160"},
+    {"MPIV_EAGER_LIMIT", "8161", "MPIV_EAGER_LIMIT=8161 does not fit"},
+    {"MPIV_EAGER_LIMIT", "8K", "can be at most 8160"},
+    {"MPIV_OFI_PROVIDER", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+     "expected 1 to 63 characters"},
+    /* whitespace around a value is ignored, inside it or alone it is not */
+    {"MPIV_STACK_SIZE", "64 K", "MPIV_STACK_SIZE=64 K: expected a size"},
+    {"MPIV_WORKERS", "1 2", "MPIV_WORKERS=1 2: expected an integer"},
+    {"MPIV_WORKERS", " ", "MPIV_WORKERS= : expected an integer"},
+    {"MPIV_BIND", " ", "MPIV_BIND= : expected one of core|none"},
+    {"MPIV_NET", "o fi", "expected one of auto|ofi|ibv|shm"},
+    {"MPIV_OFI_PROVIDER", "  ", "expected 1 to 63 characters"},
 };
 
 START_TEST(bad_values_name_the_variable)
@@ -117,6 +132,52 @@ START_TEST(good_values_are_taken)
     ck_assert_str_eq(c.ofi_provider, "tcp;ofi_rxm");
     clean_env();
     util_log_level = UTIL_LOG_WARN;
+}
+END_TEST
+
+/* Leading and trailing whitespace alike are ignored, for every kind of
+ * value (a trailing one used to be rejected while a leading one was
+ * taken). */
+static void set_padded(const char *var, const char *val, const char *const pad[2])
+{
+    char v[64];
+    snprintf(v, sizeof v, "%s%s%s", pad[0], val, pad[1]);
+    setenv(var, v, 1);
+}
+
+START_TEST(surrounding_whitespace_is_ignored)
+{
+    static const char *const pad[][2] = {{" ", ""}, {"", " "}, {"\t ", " \n"}};
+    for (size_t i = 0; i < sizeof pad / sizeof *pad; i++) {
+        clean_env();
+        set_padded("MPIV_WORKERS", "3", pad[i]);
+        set_padded("MPIV_STACK_SIZE", "1M", pad[i]);
+        set_padded("MPIV_PACKET_SIZE", "4KiB", pad[i]);
+        set_padded("MPIV_EAGER_LIMIT", "4064", pad[i]);
+        set_padded("MPIV_BIND", "none", pad[i]);
+        set_padded("MPIV_NET", "shm", pad[i]);
+        set_padded("MPIV_OFI_PROVIDER", "tcp;ofi_rxm", pad[i]);
+        struct util_config c;
+        ck_assert_msg(util_config_load(&c) == MPIV_SUCCESS, "padding %zu: %s", i,
+                      mpiv_error_detail());
+        ck_assert_int_eq(c.workers, 3);
+        ck_assert_int_eq(c.stack_size, 1 << 20);
+        ck_assert_int_eq(c.packet_size, 4096);
+        ck_assert_int_eq(c.eager_limit, 4064); /* the largest a 4 KiB packet holds */
+        ck_assert_int_eq(c.bind, UTIL_BIND_NONE);
+        ck_assert_int_eq(c.net, UTIL_NET_SHM);
+        ck_assert_str_eq(c.ofi_provider, "tcp;ofi_rxm");
+        int64_t t;
+        setenv("MPIV_BOOT_TIMEOUT", i ? "7 " : " 7", 1);
+        ck_assert_int_eq(util_config_int("MPIV_BOOT_TIMEOUT", &t), MPIV_SUCCESS);
+        ck_assert_int_eq(t, 7);
+    }
+    int64_t v;
+    ck_assert_int_eq(util_parse_size(" 64K ", &v), 0);
+    ck_assert_int_eq(v, 64 << 10);
+    ck_assert_int_eq(util_parse_size("64K\n", &v), 0);
+    ck_assert_int_eq(util_parse_size(" ", &v), -1);
+    clean_env();
 }
 END_TEST
 
@@ -197,6 +258,7 @@ int main(void)
     tcase_add_loop_test(tc, bad_values_name_the_variable, 0,
                         (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(tc, good_values_are_taken);
+    tcase_add_test(tc, surrounding_whitespace_is_ignored);
     tcase_add_test(tc, local_ranks_shrink_default_workers);
     tcase_add_test(tc, sizes_parse);
     tcase_add_test(tc, one_variable_parses_like_the_table);
