@@ -105,8 +105,10 @@ const char *mpiv_error_detail(void);
 int mpiv_init(int *argc, char ***argv);
 
 /* Waits for all ranks (a barrier), stops workers and the server and releases
- * everything. ULTs still running are an error (MPIV_ERR_STATE): join them
- * first. Call from the thread that called mpiv_init. */
+ * everything. ULTs still running are an error (MPIV_ERR_STATE, found before
+ * the barrier, so MPIv stays usable): join them and call again. Call from
+ * the thread that called mpiv_init (from a ULT: MPIV_ERR_STATE); a call
+ * after a successful one is MPIV_ERR_STATE. */
 int mpiv_finalize(void);
 
 /* 1 between mpiv_init and mpiv_finalize, else 0. */

@@ -114,7 +114,21 @@ fail:
 
 int mpiv_finalize(void)
 {
-    PROTO_CHECK_INIT();
+    PROTO_CHECK_INIT(); /* also a second call after a successful one */
+    if (sched_in_ult())
+        return util_err(MPIV_ERR_STATE, "mpiv_finalize called from a ULT: call it from the "
+                                        "thread that called mpiv_init");
+    /* Before the barrier: once it is passed the other ranks finalize, so a
+     * failure after it could not be retried. With no ULT alive, spawns are
+     * refused from here on and sched_finalize below cannot fail for them;
+     * with some, MPIv stays as it was, to join them and call again. */
+    uint64_t live = sched_close();
+    if (live)
+        return util_err(MPIV_ERR_STATE,
+                        "mpiv_finalize: %llu ULT%s still alive: join %s, then call "
+                        "mpiv_finalize again",
+                        (unsigned long long)live, live == 1 ? " is" : "s are",
+                        live == 1 ? "it" : "them");
     /* nobody stops its server while a peer may still be sending to it */
     int rc = mpiv_barrier();
     sched_set_idle_hook(NULL);

@@ -70,21 +70,29 @@ static struct mpiv_ult *new_slot(struct sched_worker *w)
     return u;
 }
 
-/* A slot for a new ULT on w, counted live; NULL with the error set. Maps a
+/* A slot for a new ULT on w, counted live; NULL with the error detail set
+ * and its code in *err. Maps a
  * new chunk without holding w->lock (it takes milliseconds), so spawners
  * and joiners of w are not held up meanwhile. */
-static struct mpiv_ult *take_slot(struct sched_worker *w)
+static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
 {
     struct sched_chunk *fresh = NULL, *unused = NULL;
     struct mpiv_ult *u = NULL;
+    bool closed = false;
     util_spin_lock(&w->lock);
     for (;;) {
+        /* relaxed: sched_close stored it before taking this lock to count
+         * live; the lock orders the two (see sched_close) */
+        if (atomic_load_explicit(&sched_g.closing, memory_order_relaxed)) {
+            closed = true;
+            break;
+        }
         if ((u = w->free_list) != NULL) {
             w->free_list = u->next_free;
             break;
         }
         if (w->hwm >= sched_g.max_ults) {
-            util_err(MPIV_ERR_NO_RESOURCES,
+            *err = util_err(MPIV_ERR_NO_RESOURCES,
                      "worker %d already holds MPIV_MAX_ULTS=%u ULTs: join some first", w->id,
                      sched_g.max_ults);
             break;
@@ -109,7 +117,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w)
         util_spin_unlock(&w->lock);
         fresh = sched_chunk_make(n);
         if (!fresh) {
-            util_err(MPIV_ERR_NO_RESOURCES, "cannot map ULT stacks: %s", strerror(errno));
+            *err = util_err(MPIV_ERR_NO_RESOURCES, "cannot map ULT stacks: %s", strerror(errno));
             return NULL;
         }
         util_spin_lock(&w->lock);
@@ -128,6 +136,8 @@ static struct mpiv_ult *take_slot(struct sched_worker *w)
     util_spin_unlock(&w->lock);
     if (unused)
         sched_chunk_free(unused);
+    if (closed)
+        *err = util_err(MPIV_ERR_STATE, "mpiv_finalize is running: no new ULTs");
     return u;
 }
 
@@ -376,6 +386,8 @@ int sched_init(const struct util_config *cfg)
                         (long long)cfg->workers, (long long)cfg->max_ults,
                         (long long)cfg->stack_size);
     long page = sysconf(_SC_PAGESIZE);
+    /* relaxed: single-threaded here, published by the ready store below */
+    atomic_store_explicit(&sched_g.closing, 0, memory_order_relaxed);
     sched_g.page = page > 0 ? (size_t)page : 4096;
     sched_g.nworkers = (int)cfg->workers;
     sched_g.max_ults = (uint32_t)cfg->max_ults;
@@ -453,6 +465,27 @@ int sched_init(const struct util_config *cfg)
 nomem:
     free_all();
     return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the scheduler's tables");
+}
+
+uint64_t sched_close(void)
+{
+    if (!sched_ready())
+        return 0;
+    /* relaxed: each spawner reads it under a worker's lock, which we take
+     * below after this store; a spawner that took the lock before us has
+     * counted its ULT live by the time we read live, one after us sees
+     * closing set (lock release/acquire). */
+    atomic_store_explicit(&sched_g.closing, 1, memory_order_relaxed);
+    uint64_t live = 0;
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = sched_g.workers[i];
+        util_spin_lock(&w->lock);
+        live += w->live;
+        util_spin_unlock(&w->lock);
+    }
+    if (live) /* relaxed: spawns may come again; nothing else changed */
+        atomic_store_explicit(&sched_g.closing, 0, memory_order_relaxed);
+    return live;
 }
 
 int sched_finalize(void)
@@ -558,9 +591,10 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
         w = sched_g.workers[atomic_fetch_add_explicit(&sched_g.rr, 1, memory_order_relaxed) %
                             (unsigned)sched_g.nworkers];
 
-    struct mpiv_ult *u = take_slot(w);
+    int err = MPIV_ERR_INTERNAL;
+    struct mpiv_ult *u = take_slot(w, &err);
     if (!u)
-        return MPIV_ERR_NO_RESOURCES; /* take_slot said why */
+        return err; /* take_slot said why */
 
     u->fn = fn;
     u->arg = arg;

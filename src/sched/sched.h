@@ -46,6 +46,13 @@ static inline bool sched_sync_signalled(sched_sync *s)
 int sched_init(const struct util_config *cfg);
 /* Stops the workers. MPIV_ERR_STATE if ULTs are still alive. */
 int sched_finalize(void);
+/* How many ULTs are alive (spawned, not joined) on all workers. If none,
+ * spawns are refused from now on (MPIV_ERR_STATE) until sched_finalize, so
+ * that a sched_finalize after a step that must not be repeated (the
+ * finalize barrier) cannot fail for live ULTs; if some, nothing changes,
+ * except that a spawn racing with this call may have been refused. From a
+ * pthread, not a ULT; 0 if the scheduler is not running. */
+uint64_t sched_close(void);
 
 int sched_num_workers(void);
 /* The calling thread's worker index, or -1 for a thread that is not running

@@ -205,6 +205,7 @@ struct sched_global {
     size_t stack_size; /* per ULT, guard page excluded */
     size_t page;
     atomic_uint rr; /* MPIV_WORKER_ANY from a pthread: round robin */
+    atomic_int closing; /* set by sched_close: spawns are refused */
     /* Guard pages: decided once in sched_init (before the workers start,
      * read-only afterwards, so plain fields). */
     bool guard_install;    /* madvise(MADV_GUARD_INSTALL) works */
