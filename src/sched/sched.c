@@ -78,7 +78,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
 {
     struct sched_chunk *fresh = NULL, *unused = NULL;
     struct mpiv_ult *u = NULL;
-    bool closed = false;
+    bool closed = false, full = false;
     util_spin_lock(&w->lock);
     for (;;) {
         /* relaxed: sched_close stored it before taking this lock to count
@@ -92,9 +92,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
             break;
         }
         if (w->hwm >= sched_g.max_ults) {
-            *err = util_err(MPIV_ERR_NO_RESOURCES,
-                     "worker %d already holds MPIV_MAX_ULTS=%u ULTs: join some first", w->id,
-                     sched_g.max_ults);
+            full = true;
             break;
         }
         if (w->chunk_left == 0 && (w->spare || fresh)) {
@@ -136,8 +134,14 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
     util_spin_unlock(&w->lock);
     if (unused)
         sched_chunk_free(unused);
+    /* util_err after the unlock: at MPIV_LOG=debug it writes to stderr,
+     * a system call that may block (spinlock.h) */
     if (closed)
         *err = util_err(MPIV_ERR_STATE, "mpiv_finalize is running: no new ULTs");
+    else if (full)
+        *err = util_err(MPIV_ERR_NO_RESOURCES,
+                        "worker %d already holds MPIV_MAX_ULTS=%u ULTs: join some first", w->id,
+                        sched_g.max_ults);
     return u;
 }
 

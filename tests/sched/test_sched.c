@@ -1,13 +1,17 @@
 /* Scheduler basics on one worker: spawn/join at several sizes, slot
  * recycling, capacity, argument and state errors, joins of joined and
- * stale handles, signal before wait,
+ * stale handles, no system call under the slot lock, signal before wait,
  * yield order, nested spawns, and the stack-overflow report (with guard
  * pages, and in the fallback for kernels without MADV_GUARD_INSTALL). */
 #include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +210,101 @@ START_TEST(join_stale_handle)
     ck_assert_int_eq(mpiv_ult_join(b, &fb), MPIV_SUCCESS);
     ck_assert_ptr_eq(fa, fb); /* it was the same slot */
     ck_assert_ptr_ne(a, b);
+    sched_test_stop();
+}
+END_TEST
+
+/* No system call under a worker's slot lock (spinlock.h). A spawn that
+ * finds the worker full reports it; at MPIV_LOG=debug the report is a
+ * write to stderr, here a full pipe, so the spawner blocks in write(2).
+ * A join of another ULT on that worker must still complete: it takes the
+ * same lock to free the slot. With the report made under the lock, the
+ * join spun on it until the pipe was drained. */
+static atomic_int full_spawn_rc = -1, slow_join_rc = -1;
+static atomic_long spawner_tid;
+static mpiv_ult_t full_ults[64];
+
+static void *spawn_into_full_worker(void *arg)
+{
+    (void)arg;
+    atomic_store(&spawner_tid, (long)syscall(SYS_gettid));
+    mpiv_ult_t v;
+    atomic_store(&full_spawn_rc, mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &v));
+    return NULL;
+}
+
+static void *join_first_full(void *arg)
+{
+    (void)arg;
+    atomic_store(&slow_join_rc, mpiv_ult_join(full_ults[0], NULL));
+    return NULL;
+}
+
+/* Whether thread tid is in the write(2) system call now. */
+static bool in_write(long tid)
+{
+    char path[64], buf[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool yes = fgets(buf, sizeof buf, f) && atol(buf) == SYS_write;
+    fclose(f);
+    return yes;
+}
+
+START_TEST(no_syscall_under_slot_lock)
+{
+    sched_test_start(1, 64, NULL);
+    for (int i = 0; i < 64; i++) {
+        sched_sync_init(&gate[i]);
+        ck_assert_int_eq(mpiv_ult_spawn(wait_gate, (void *)(intptr_t)i, 0, &full_ults[i]), 0);
+    }
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    int saved = dup(2);
+    dup2(fds[1], 2);
+    /* fill the pipe, then make writes to it block again */
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    char junk[4096];
+    memset(junk, 'x', sizeof junk);
+    while (write(fds[1], junk, sizeof junk) > 0)
+        ;
+    fcntl(fds[1], F_SETFL, 0);
+    util_log_level = UTIL_LOG_DEBUG;
+    pthread_t sp, jn;
+    ck_assert_int_eq(pthread_create(&sp, NULL, spawn_into_full_worker, NULL), 0);
+    for (int ms = 0; !atomic_load(&spawner_tid) || !in_write(atomic_load(&spawner_tid)); ms++) {
+        if (ms == 30000 || atomic_load(&full_spawn_rc) >= 0) {
+            dup2(saved, 2);
+            ck_abort_msg("the spawner did not block writing its report");
+        }
+        sched_test_sleep_us(1000);
+    }
+    sched_signal(&gate[0]);
+    ck_assert_int_eq(pthread_create(&jn, NULL, join_first_full, NULL), 0);
+    int ms = 0;
+    while (atomic_load(&slow_join_rc) < 0 && ms++ < 30000)
+        sched_test_sleep_us(1000);
+    int joined = atomic_load(&slow_join_rc);
+    /* let the spawner finish: drain the pipe, restore stderr */
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    while (atomic_load(&full_spawn_rc) < 0 || atomic_load(&slow_join_rc) < 0) {
+        while (read(fds[0], junk, sizeof junk) > 0)
+            ;
+        sched_test_sleep_us(1000);
+    }
+    pthread_join(sp, NULL);
+    pthread_join(jn, NULL);
+    dup2(saved, 2);
+    util_log_level = UTIL_LOG_WARN;
+    ck_assert_msg(joined == MPIV_SUCCESS,
+                  "a join waited 30 s for the slot lock while a spawner was blocked in write(2)");
+    ck_assert_int_eq(atomic_load(&full_spawn_rc), MPIV_ERR_NO_RESOURCES);
+    for (int i = 1; i < 64; i++) {
+        sched_signal(&gate[i]);
+        ck_assert_int_eq(mpiv_ult_join(full_ults[i], NULL), 0);
+    }
     sched_test_stop();
 }
 END_TEST
@@ -548,6 +647,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, join_twice);
     tcase_add_test(tc, join_stale_handle);
+    tcase_add_test(tc, no_syscall_under_slot_lock);
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);
