@@ -61,11 +61,13 @@ int mpiv_init(int *argc, char ***argv)
         goto fail_rdv;
     util_log_set_rank(proto.rank);
     proto.max_write = srv_max_write();
-    /* I6 (p2p.c): 4 MiB per peer, or a window of 64 full packets if
-     * packets are large; what a lagging receiver may hold per peer. */
+    /* I6 (p2p.c): what a lagging receiver may hold per peer: MPIV_EAGER_CREDIT,
+     * by default 4 MiB or a window of 64 full packets if packets are large. */
     proto.credit_max = 64 * (long)cfg->packet_size;
     if (proto.credit_max < (4l << 20))
         proto.credit_max = 4l << 20;
+    if (cfg->eager_credit)
+        proto.credit_max = (long)cfg->eager_credit;
     rc = proto_p2p_init();
     if (rc)
         goto fail_srv;

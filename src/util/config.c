@@ -58,6 +58,9 @@ static const struct cfg_var cfg_vars[] = {
     {"MPIV_EAGER_LIMIT", CFG_SIZE, OFF(eager_limit), 0, 1 << 20, 0, NULL,
      "largest message sent eagerly, at most MPIV_PACKET_SIZE minus the 32-byte header; "
      "0 = as much as a packet holds"},
+    {"MPIV_EAGER_CREDIT", CFG_SIZE, OFF(eager_credit), 0, 1 << 30, 0, NULL,
+     "eager bytes a rank may have waiting unreceived at each peer; past it sends wait for "
+     "their receive; 0 = 4M or 64 packets, whichever is more"},
     {"MPIV_HT_BUCKETS", CFG_INT, OFF(ht_buckets), 0, 1 << 20, 0, NULL,
      "initial matching-table buckets (64 B each), a power of two; the table grows and shrinks "
      "back by itself; 0 = sized from MPIV_PACKETS"},

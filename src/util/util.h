@@ -83,6 +83,7 @@ struct util_config {
     int64_t packets;        /* MPIV_PACKETS: packets in this process's pool  */
     int64_t recv_depth;     /* MPIV_RECV_DEPTH: receive packets kept posted  */
     int64_t eager_limit;    /* MPIV_EAGER_LIMIT: largest eager message       */
+    int64_t eager_credit;   /* MPIV_EAGER_CREDIT: bytes per peer, 0 = default */
     int64_t ht_buckets;     /* MPIV_HT_BUCKETS: matching table buckets (2^k) */
     int64_t net;            /* MPIV_NET: enum util_net                       */
     int64_t shm_cma;        /* MPIV_SHM_CMA: 1 on, 0 off                     */
