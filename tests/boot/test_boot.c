@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/check_main.h"
 #include "server/boot.h"
 #include "tools/run_cmd.h"
 
@@ -325,11 +326,4 @@ static Suite *boot_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(boot_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(.suite = boot_suite);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "hashtbl/hashtbl.h"
 
 /* Objects the table points to: aligned, distinguishable. */
@@ -457,7 +458,7 @@ START_TEST(remove_if_keeps_the_rest_in_order)
 }
 END_TEST
 
-int main(void)
+static Suite *hashtbl_suite(void)
 {
     Suite *s = suite_create("hashtbl");
     TCase *tc = tcase_create("core");
@@ -478,9 +479,7 @@ int main(void)
     tcase_add_test(tc, config_range_of_ht_buckets);
     tcase_add_test(tc, remove_if_keeps_the_rest_in_order);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+CHECK_MAIN(.suite = hashtbl_suite);

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "common/check_main.h"
 #include "hashtbl/hashtbl.h"
 
 #define NWORKERS 3
@@ -373,7 +374,7 @@ END_TEST
 START_TEST(resize_many_stripes) { resize_stress(64, 6, 16384 / SCALE, 3); }
 END_TEST
 
-int main(void)
+static Suite *hashtbl_stress_suite(void)
 {
     Suite *s = suite_create("hashtbl_stress");
     TCase *tc = tcase_create("concurrent");
@@ -384,9 +385,7 @@ int main(void)
     tcase_add_test(tc, resize_one_stripe);
     tcase_add_test(tc, resize_many_stripes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+CHECK_MAIN(.suite = hashtbl_stress_suite);

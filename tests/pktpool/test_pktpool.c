@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "pktpool/pktpool.h"
 
 START_TEST(create_rejects_bad_args)
@@ -242,7 +243,7 @@ START_TEST(owner_records_holder)
 END_TEST
 #endif
 
-int main(void)
+static Suite *pktpool_suite(void)
 {
     Suite *s = suite_create("pktpool");
     TCase *tc = tcase_create("core");
@@ -262,9 +263,7 @@ int main(void)
     tcase_add_test(own, owner_records_holder);
     suite_add_tcase(s, own);
 #endif
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+CHECK_MAIN(.suite = pktpool_suite);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "pktpool/pktpool.h"
 
 #define CHECK(cond, ...)                                                        \
@@ -231,7 +232,7 @@ END_TEST
 START_TEST(spilling_pool) { stress(200, GETS); }
 END_TEST
 
-int main(void)
+static Suite *pktpool_stress_suite(void)
 {
     Suite *s = suite_create("pktpool_stress");
     TCase *tc = tcase_create("concurrent");
@@ -239,9 +240,7 @@ int main(void)
     tcase_add_test(tc, scarce_pool);
     tcase_add_test(tc, spilling_pool);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+CHECK_MAIN(.suite = pktpool_stress_suite);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 
@@ -344,8 +345,10 @@ START_TEST(lagging_receiver_is_bounded)
 }
 END_TEST
 
-int main(void)
+static int faults_init(int *argc, char ***argv)
 {
+    (void)argc;
+    (void)argv;
     if (mpiv_init(NULL, NULL) != MPIV_SUCCESS) {
         fprintf(stderr, "mpiv_init: %s\n", mpiv_error_detail());
         return 1;
@@ -357,6 +360,11 @@ int main(void)
         return 1;
     }
     big = proto.eager_limit * 4 + 100;
+    return 0;
+}
+
+static Suite *faults_suite(void)
+{
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
@@ -370,11 +378,13 @@ int main(void)
     tcase_add_test(tc, split_writes);
     tcase_add_test(tc, lagging_receiver_is_bounded);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    return s;
+}
+
+static int faults_fini(int failed)
+{
     int rc = mpiv_finalize();
     return failed == 0 && rc == MPIV_SUCCESS ? 0 : 1;
 }
+
+CHECK_MAIN(.suite = faults_suite, .fork = CK_NOFORK, .init = faults_init, .fini = faults_fini);

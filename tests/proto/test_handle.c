@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "common/check_main.h"
 #include "proto/proto.h"
 
 static struct mpiv_request reqs[8];
@@ -148,11 +149,4 @@ Suite *test_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(test_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
-}
+CHECK_MAIN(.suite = test_suite);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "mpiv.h"
 
 static int me;
@@ -60,8 +61,10 @@ START_TEST(one_huge_message)
 }
 END_TEST
 
-int main(void)
+static int large_init(int *argc, char ***argv)
 {
+    (void)argc;
+    (void)argv;
     if (mpiv_init(NULL, NULL) != MPIV_SUCCESS || mpiv_size() != 2) {
         fprintf(stderr, "test_large: needs mpiv_init on 2 ranks: %s\n", mpiv_error_detail());
         return 1;
@@ -69,16 +72,23 @@ int main(void)
     me = mpiv_rank();
     const char *mib = getenv("MPIV_TEST_LARGE_MIB");
     size = (size_t)(mib ? strtoull(mib, NULL, 10) : 5120) << 20;
+    return 0;
+}
+
+static Suite *large_suite(void)
+{
     Suite *s = suite_create("large");
     TCase *tc = tcase_create("large");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, one_huge_message);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    return s;
+}
+
+static int large_fini(int failed)
+{
     int rc = mpiv_finalize();
     return failed == 0 && rc == MPIV_SUCCESS ? 0 : 1;
 }
+
+CHECK_MAIN(.suite = large_suite, .fork = CK_NOFORK, .init = large_init, .fini = large_fini);

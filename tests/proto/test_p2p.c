@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "mpiv.h"
 
 static int me, nranks, partner; /* partner: the other rank of my pair, or -1 */
@@ -574,9 +575,10 @@ START_TEST(pool_pressure)
 }
 END_TEST
 
-int main(int argc, char **argv)
+/* Every rank starts MPIv and runs the same cases in step (CK_NOFORK). */
+static int p2p_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(&argc, &argv);
+    int rc = mpiv_init(argc, argv);
     if (rc) {
         fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
         return 1;
@@ -588,7 +590,11 @@ int main(int argc, char **argv)
     const char *ps = getenv("MPIV_PACKET_SIZE");
     eager = (ps ? (size_t)atol(ps) : 8192) - 32;
     init_mm_cases();
+    return 0;
+}
 
+static Suite *p2p_suite(void)
+{
     Suite *s = suite_create("p2p");
     TCase *tc = tcase_create("p2p");
     tcase_set_timeout(tc, 300);
@@ -610,14 +616,20 @@ int main(int argc, char **argv)
     /* with 4 packets, messages to oneself take the heap-copy path too */
     tcase_add_loop_test(pool, own_rank_in_order, 0, 2);
     suite_add_tcase(s, pool);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, me == 0 ? CK_NORMAL : CK_SILENT);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    return s;
+}
+
+/* Rank 0 prints Check's results for the job. */
+static bool p2p_quiet(void) { return me != 0; }
+
+static int p2p_fini(int failed)
+{
     if (failed) {
         fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
         return 1; /* mpiv_run ends the job */
     }
     return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
 }
+
+CHECK_MAIN(.suite = p2p_suite, .fork = CK_NOFORK, .init = p2p_init, .quiet = p2p_quiet,
+           .fini = p2p_fini);

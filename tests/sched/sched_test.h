@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/check_main.h"
 #include "sched/sched.h"
 
 static inline void sched_test_start(int workers, long max_ults, const char *stack)
@@ -30,15 +31,6 @@ static inline void sched_test_sleep_us(long us)
 {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     nanosleep(&ts, NULL);
-}
-
-static inline int sched_test_run(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif

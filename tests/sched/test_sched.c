@@ -657,4 +657,4 @@ static Suite *sched_suite(void)
     return s;
 }
 
-int main(void) { return sched_test_run(sched_suite()); }
+CHECK_MAIN(.suite = sched_suite);

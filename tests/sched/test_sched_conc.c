@@ -595,4 +595,4 @@ static Suite *conc_suite(void)
     return s;
 }
 
-int main(void) { return sched_test_run(conc_suite()); }
+CHECK_MAIN(.suite = conc_suite);

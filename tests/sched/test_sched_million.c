@@ -84,4 +84,4 @@ static Suite *million_suite(void)
     return s;
 }
 
-int main(void) { return sched_test_run(million_suite()); }
+CHECK_MAIN(.suite = million_suite);

@@ -10,6 +10,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "common/check_main.h"
 #include "pktpool/pktpool.h"
 #include "server/ibv_util.h"
 #include "server/server.h"
@@ -286,7 +287,7 @@ START_TEST(test_no_device)
 }
 END_TEST
 
-int main(void)
+static Suite *srv_ibv_suite(void)
 {
     Suite *s = suite_create("server_ibv");
     TCase *tc = tcase_create("ibv");
@@ -300,9 +301,7 @@ int main(void)
     tcase_add_test(tc, test_wc_errors);
     tcase_add_test(tc, test_no_device);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+CHECK_MAIN(.suite = srv_ibv_suite);

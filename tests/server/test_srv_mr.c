@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "server/srv_int.h"
 
 static atomic_int live_regs, total_regs;
@@ -178,7 +179,7 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
-int main(void)
+static Suite *srv_mr_suite(void)
 {
     Suite *s = suite_create("server_mr");
     TCase *tc = tcase_create("mr");
@@ -187,9 +188,7 @@ int main(void)
     tcase_add_test(tc, test_threads_one_buffer);
     tcase_add_test(tc, test_bad_args);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+CHECK_MAIN(.suite = srv_mr_suite);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "srv_test_common.h"
 
 enum { T_PING = 1, T_PONG = 2, T_SEQ = 3, T_TSEQ = 4 };
@@ -408,7 +409,7 @@ START_TEST(test_mr_free_reuse)
 }
 END_TEST
 
-int main(void)
+static Suite *srv_net_suite(void)
 {
     Suite *s = suite_create("server_net");
     TCase *tc = tcase_create("net");
@@ -421,11 +422,8 @@ int main(void)
     tcase_add_test(tc, test_mr_cache_once);
     tcase_add_test(tc, test_mr_free_reuse);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    /* One process holds the network endpoint: no fork per test. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s;
 }
+
+/* One process holds the network endpoint: no fork per test. */
+CHECK_MAIN(.suite = srv_net_suite, .fork = CK_NOFORK);

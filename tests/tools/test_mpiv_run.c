@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/check_main.h"
 #include "tools/run_cmd.h"
 
 #define PROBE_NAME "mpiv_tool_probe"
@@ -434,11 +435,4 @@ static Suite *run_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(run_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CHECK_MAIN(.suite = run_suite);

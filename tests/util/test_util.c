@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check_main.h"
 #include "util/util.h"
 
 static const char *all_vars[] = {
@@ -248,7 +249,7 @@ START_TEST(wtime_is_monotonic)
 }
 END_TEST
 
-int main(void)
+static Suite *util_suite(void)
 {
     Suite *s = suite_create("util");
     TCase *tc = tcase_create("core");
@@ -264,9 +265,7 @@ int main(void)
     tcase_add_test(tc, one_variable_parses_like_the_table);
     tcase_add_test(tc, wtime_is_monotonic);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+CHECK_MAIN(.suite = util_suite);
