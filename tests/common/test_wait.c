@@ -51,15 +51,19 @@ void test_stall_init(struct test_stall *st, double secs, uint64_t value)
     st->limit_ns = (uint64_t)(secs * test_timeout_scale() * 1e9);
 }
 
-bool test_stall_stuck(struct test_stall *st, uint64_t value)
+bool test_stall_stuck_at(struct test_stall *st, uint64_t value, uint64_t now_ns)
 {
-    uint64_t now = test_now_ns();
     if (value != st->value) {
         st->value = value;
-        st->since_ns = now;
+        st->since_ns = now_ns;
         return false;
     }
-    return now - st->since_ns > st->limit_ns;
+    return now_ns - st->since_ns > st->limit_ns;
+}
+
+bool test_stall_stuck(struct test_stall *st, uint64_t value)
+{
+    return test_stall_stuck_at(st, value, test_now_ns());
 }
 
 double test_stall_idle_s(const struct test_stall *st)

@@ -48,6 +48,9 @@ void test_stall_init(struct test_stall *st, double secs, uint64_t value);
  * Any change, up or down, restarts the idle time. */
 bool test_stall_stuck(struct test_stall *st, uint64_t value);
 
+/* The same at a given time (test_now_ns's clock), for tests of it. */
+bool test_stall_stuck_at(struct test_stall *st, uint64_t value, uint64_t now_ns);
+
 /* Seconds since the value last changed. */
 double test_stall_idle_s(const struct test_stall *st);
 

@@ -1,7 +1,8 @@
 /*
  * srv_test_common.h — what the server tests share: bringing a server up
  * over the real network without ULTs (plain pthreads and handlers), and
- * waiting for a condition while driving progress, with a deadline.
+ * waiting for a condition while driving progress, failing on a stall
+ * rather than on the clock (tests/common/test_wait.h).
  */
 #ifndef MPIV_TESTS_SRV_TEST_COMMON_H
 #define MPIV_TESTS_SRV_TEST_COMMON_H
@@ -12,15 +13,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/test_wait.h"
 #include "pktpool/pktpool.h"
 #include "server/boot.h"
 #include "server/server.h"
 #include "server/srv_int.h"
 #include "util/util.h"
 
+/* Seconds without any progress after which a wait fails (times
+ * MPIV_TEST_TIMEOUT_SCALE). A loaded machine slows the tests down but
+ * never stops every rank's progress for this long; a hang does. */
+#define ST_STALL_S 30
+
 static struct util_config st_cfg;
 static struct pkt_pool *st_pool;
 static int st_rank, st_size;
+
+/* Called before a failing wait ends the test: stops and joins the test's
+ * helper threads (they must not outlive the test that started them, nor
+ * run into the next one or into teardown). */
+static void (*st_on_fail)(void);
 
 static void st_up(void)
 {
@@ -49,30 +61,86 @@ static void st_down(void)
     st_pool = NULL;
 }
 
-/* Spins on `cond` driving progress from this thread too; fails the test
- * after `secs` seconds. */
-#define ST_WAIT(cond, secs, ...)                                                \
+/* Everything this rank's server has done: sends completed, packets
+ * received, writes completed and announced. It grows while any traffic
+ * moves, to or from this rank. */
+static uint64_t st_net_events(void)
+{
+    struct srv_stats s;
+    srv_get_stats(&s);
+    return s.recvs + s.sends_done + s.writes_done + s.imms;
+}
+
+/* Main thread: stops the helper threads, then fails the test with a
+ * helper's own failure if one was recorded, else with `why`. */
+#define ST_FAIL(...)                                                            \
     do {                                                                        \
-        uint64_t st_deadline_ = util_now_ns() + (uint64_t)(secs) * 1000000000ull; \
+        if (st_on_fail)                                                         \
+            st_on_fail();                                                       \
+        st_on_fail = NULL;                                                      \
+        TEST_THREAD_CHECK();                                                    \
+        ck_abort_msg(__VA_ARGS__);                                              \
+    } while (0)
+
+/* Main thread: spins on `cond`, driving progress from this thread too.
+ * `progress` is an integer expression that grows while the awaited work
+ * advances; the wait fails (with the printf-style message) when it has not
+ * changed for ST_STALL_S seconds, or as soon as a helper thread recorded a
+ * failure. */
+#define ST_WAIT(cond, progress, ...)                                            \
+    do {                                                                        \
+        struct test_stall st_stall_;                                            \
+        test_stall_init(&st_stall_, ST_STALL_S, (uint64_t)(progress));          \
         while (!(cond)) {                                                       \
             srv_progress();                                                     \
             sched_yield();                                                      \
-            if (util_now_ns() > st_deadline_)                                   \
-                ck_abort_msg(__VA_ARGS__);                                      \
+            if (test_thread_failed())                                           \
+                ST_FAIL("a helper thread failed");                              \
+            if (test_stall_stuck(&st_stall_, (uint64_t)(progress))) {           \
+                fprintf(stderr, "rank %d: %s:%d: no progress for %.0f s\n",     \
+                        st_rank, __FILE__, __LINE__, test_stall_idle_s(&st_stall_)); \
+                ST_FAIL(__VA_ARGS__);                                           \
+            }                                                                   \
         }                                                                       \
     } while (0)
 
-/* A packet for a plain pthread, waiting (with progress) if the pool is dry. */
-static pkt_t *st_get_pkt(void)
+/* A packet for a plain pthread, waiting (with progress) while the pool is
+ * dry. Any thread: it does not end the test but returns NULL after
+ * recording a failure (test_thread_fail) when neither the pool nor the
+ * network moved for ST_STALL_S seconds, or when another thread failed. */
+static pkt_t *st_try_get_pkt(void)
 {
     pkt_t *p;
-    uint64_t deadline = util_now_ns() + 10ull * 1000000000ull;
+    struct test_stall stall;
+    test_stall_init(&stall, ST_STALL_S, st_net_events());
+    uint64_t next_look = test_now_ns();
     while (!(p = pkt_get(st_pool, -1))) {
         srv_progress();
         sched_yield();
-        if (util_now_ns() > deadline)
-            ck_abort_msg("no packet came back to the pool in 10 s");
+        /* the server's counters are read under its progress lock: only
+         * every few milliseconds, not on every spin of every thread */
+        uint64_t now = test_now_ns();
+        if (now < next_look)
+            continue;
+        next_look = now + 5000000;
+        if (test_thread_failed())
+            return NULL;
+        if (test_stall_stuck(&stall, st_net_events())) {
+            test_thread_fail("rank %d: no packet came back to the pool, and no network "
+                             "progress, for %.0f s",
+                             st_rank, test_stall_idle_s(&stall));
+            return NULL;
+        }
     }
+    return p;
+}
+
+/* The same for the main thread: fails the test instead of returning NULL. */
+static pkt_t *st_get_pkt(void)
+{
+    pkt_t *p = st_try_get_pkt();
+    if (!p)
+        ST_FAIL("no packet");
     return p;
 }
 

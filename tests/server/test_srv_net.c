@@ -110,13 +110,20 @@ static void on_tseq(pkt_t *p)
     pkt_put_server(st_pool, p);
 }
 
+static atomic_bool burst_stop; /* set when the test fails: the threads return */
+
+/* A helper thread: never calls ck_* (see tests/common/test_wait.h). */
 static void *burst_thread(void *arg)
 {
     unsigned t = (unsigned)(uintptr_t)arg;
     uint32_t big = (uint32_t)pkt_data_size(st_pool);
     for (uint32_t i = 0; i < BURST_N; i++) {
         for (int peer = 0; peer < st_size; peer++) {
-            pkt_t *p = st_get_pkt();
+            if (atomic_load(&burst_stop))
+                return NULL;
+            pkt_t *p = st_try_get_pkt();
+            if (!p)
+                return NULL;
             fill(p, T_TSEQ, i, (i + t) % 5 == 0 ? big : 48 + (i * 13 + t) % 200);
             ((struct msg *)(void *)p->data)->pad[0] = (uint8_t)t;
             if (srv_send(p, peer) != MPIV_SUCCESS)
@@ -138,6 +145,15 @@ static void on_pkt(pkt_t *p)
         atomic_fetch_add(&bad, 1);
         pkt_put_server(st_pool, p);
     }
+}
+
+static pthread_t burst_th[BURST_THREADS];
+
+static void burst_stop_join(void)
+{
+    atomic_store(&burst_stop, true);
+    for (int t = 0; t < BURST_THREADS; t++)
+        pthread_join(burst_th[t], NULL);
 }
 
 /* --- RDMA ---------------------------------------------------------------- */
@@ -221,8 +237,9 @@ START_TEST(test_ping_pong)
                 ck_assert_int_eq(srv_send(p, peer), MPIV_SUCCESS);
                 expect++;
             }
-            ST_WAIT(atomic_load(&pongs) == expect, 20, "rank %d: %ld of %ld pongs (size %u)",
-                    st_rank, atomic_load(&pongs), expect, sizes[s]);
+            ST_WAIT(atomic_load(&pongs) == expect, atomic_load(&pongs),
+                    "rank %d: %ld of %ld pongs (size %u)", st_rank, atomic_load(&pongs), expect,
+                    sizes[s]);
         }
     }
     ck_assert_int_eq(atomic_load(&bad), 0);
@@ -247,8 +264,8 @@ START_TEST(test_order_burst)
             ck_assert_int_eq(srv_send(p, peer), MPIV_SUCCESS);
         }
     }
-    ST_WAIT(atomic_load(&seq_got) == (long)n * st_size, 25, "rank %d: %ld of %ld in order",
-            st_rank, atomic_load(&seq_got), (long)n * st_size);
+    ST_WAIT(atomic_load(&seq_got) == (long)n * st_size, atomic_load(&seq_got),
+            "rank %d: %ld of %ld in order", st_rank, atomic_load(&seq_got), (long)n * st_size);
     ck_assert_int_eq(atomic_load(&bad), 0);
     ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
     struct srv_stats st;
@@ -262,14 +279,17 @@ END_TEST
 
 START_TEST(test_threads_burst)
 {
-    pthread_t th[BURST_THREADS];
+    atomic_store(&burst_stop, false);
     for (uintptr_t t = 0; t < BURST_THREADS; t++)
-        ck_assert_int_eq(pthread_create(&th[t], NULL, burst_thread, (void *)t), 0);
+        ck_assert_int_eq(pthread_create(&burst_th[t], NULL, burst_thread, (void *)t), 0);
+    st_on_fail = burst_stop_join;
     long want = (long)BURST_THREADS * BURST_N * st_size;
-    ST_WAIT(atomic_load(&tseq_got) == want, 40, "rank %d: %ld of %ld from the threads",
-            st_rank, atomic_load(&tseq_got), want);
+    ST_WAIT(atomic_load(&tseq_got) == want, atomic_load(&tseq_got),
+            "rank %d: %ld of %ld from the threads", st_rank, atomic_load(&tseq_got), want);
+    st_on_fail = NULL;
     for (int t = 0; t < BURST_THREADS; t++)
-        pthread_join(th[t], NULL);
+        pthread_join(burst_th[t], NULL);
+    TEST_THREAD_CHECK();
     ck_assert_int_eq(atomic_load(&bad), 0);
     for (int src = 0; src < st_size; src++)
         for (int t = 0; t < BURST_THREADS; t++)
@@ -305,7 +325,8 @@ START_TEST(test_rdma_write_imm)
                          MPIV_SUCCESS);
     }
     ST_WAIT(atomic_load(&writes_done) == 2L * st_size && atomic_load(&imms_got) == 2L * st_size,
-            20, "rank %d: %ld writes done, %ld immediates", st_rank, atomic_load(&writes_done),
+            atomic_load(&writes_done) + atomic_load(&imms_got),
+            "rank %d: %ld writes done, %ld immediates", st_rank, atomic_load(&writes_done),
             atomic_load(&imms_got));
     ck_assert_int_eq(srv_boot_barrier_all(), MPIV_SUCCESS);
     long wrong = 0;
@@ -389,7 +410,8 @@ START_TEST(test_mr_free_reuse)
                                             0xC0000000u | (uint32_t)st_rank, on_done,
                                             &writes_done),
                          MPIV_SUCCESS);
-        ST_WAIT(atomic_load(&writes_done) == w0 + 1 && atomic_load(&imms_got) == i0 + 1, 10,
+        ST_WAIT(atomic_load(&writes_done) == w0 + 1 && atomic_load(&imms_got) == i0 + 1,
+                atomic_load(&writes_done) + atomic_load(&imms_got),
                 "round %d: write to self did not complete", round);
         for (size_t i = 0; i < len; i += 997)
             ck_assert_msg(dst[i] == (unsigned char)(round + 1), "round %d byte %zu: %u", round,
@@ -413,8 +435,9 @@ static Suite *srv_net_suite(void)
 {
     Suite *s = suite_create("server_net");
     TCase *tc = tcase_create("net");
+    /* no tcase_set_timeout: Check has no timeouts without fork; the
+     * waits fail on a stall (ST_WAIT) and the launcher bounds the job */
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_ping_pong);
     tcase_add_test(tc, test_order_burst);
     tcase_add_test(tc, test_threads_burst);
