@@ -8,11 +8,14 @@ MPIRUN=$1
 N=$2
 PROG=$3
 SUPP=${4:-}
+# a backstop only (the test's own waits fail on a stall), times the scale
+limit=$(awk -v s="${MPIV_TEST_TIMEOUT_SCALE:-1}" 'BEGIN { v = 180 * s; print (v == int(v)) ? v : int(v) + 1 }')
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # mpirun refuses root without --allow-run-as-root; -x hands each variable
 # to the ranks whatever the launcher's own environment policy.
-"$MPIRUN" --allow-run-as-root --oversubscribe -n "$N" \
+"$MPIRUN" --allow-run-as-root --oversubscribe -n "$N" --timeout "$limit" \
+    -x MPIV_TEST_TIMEOUT_SCALE="${MPIV_TEST_TIMEOUT_SCALE:-1}" \
     -x MPIV_NET=ofi -x MPIV_OFI_PROVIDER=shm -x MPIV_LOG=info \
     -x LSAN_OPTIONS="suppressions=$SUPP:print_suppressions=0" \
     "$PROG" >"$out" 2>&1

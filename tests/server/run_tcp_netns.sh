@@ -20,6 +20,8 @@ cleanup() {
     ip link del "mva$tag" 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
+# a backstop only (the test's own waits fail on a stall), times the scale
+limit=$(awk -v s="${MPIV_TEST_TIMEOUT_SCALE:-1}" 'BEGIN { v = 180 * s; print (v == int(v)) ? v : int(v) + 1 }')
 ip netns add "$A"
 ip netns add "$B"
 ip link add "mva$tag" type veth peer name "mvb$tag"
@@ -35,7 +37,7 @@ for ns in "$A" "$B"; do
     ip -n "$ns" link set mpiv0 up
 done
 ip netns exec "$A" "$RUN" -n 2 -H "$A,$B" --launcher 'ip netns exec {host}' \
-    --bind 10.77.0.1 --timeout 25 --tag-output \
+    --bind 10.77.0.1 --timeout "$limit" --tag-output \
     -x 'MPIV_OFI_PROVIDER=tcp;ofi_rxm' -x FI_TCP_IFACE=mpiv0 -x MPIV_NET=ofi \
     -x MPIV_LOG=info \
     "$PROG"
