@@ -47,13 +47,15 @@ uint64_t test_now_ns(void)
 void test_stall_init(struct test_stall *st, double secs, uint64_t value)
 {
     st->value = value;
-    st->since_ns = test_now_ns();
+    st->since_ns = st->seen_ns = test_now_ns();
     st->limit_ns = (uint64_t)(secs * test_timeout_scale() * 1e9);
 }
 
 bool test_stall_stuck_at(struct test_stall *st, uint64_t value, uint64_t now_ns)
 {
-    if (value != st->value) {
+    bool absent = now_ns - st->seen_ns >= st->limit_ns / 2;
+    st->seen_ns = now_ns;
+    if (value != st->value || absent) {
         st->value = value;
         st->since_ns = now_ns;
         return false;

@@ -37,6 +37,7 @@ uint64_t test_now_ns(void);
 struct test_stall {
     uint64_t value;    /* last value seen                    */
     uint64_t since_ns; /* when it last changed               */
+    uint64_t seen_ns;  /* when the waiter last looked         */
     uint64_t limit_ns; /* idle time that counts as a stall   */
 };
 
@@ -45,7 +46,10 @@ struct test_stall {
 void test_stall_init(struct test_stall *st, double secs, uint64_t value);
 
 /* Feeds the current value: true when it has not changed for the limit.
- * Any change, up or down, restarts the idle time. */
+ * Any change, up or down, restarts the idle time. So does a gap of half
+ * the limit or more since the waiter last looked: the waiter itself was
+ * not running (descheduled, stopped), and the others get the time it
+ * missed before they count as stuck. */
 bool test_stall_stuck(struct test_stall *st, uint64_t value);
 
 /* The same at a given time (test_now_ns's clock), for tests of it. */
