@@ -312,6 +312,8 @@ static void send_abort(int peer, uint32_t rimm, int err, pkt_t *p, bool server)
     h->handle = rimm;
     p->len = sizeof *h;
     atomic_fetch_add_explicit(&n_aborts_sent, 1, memory_order_relaxed);
+    util_log_info("telling rank %d that rendezvous %#x failed: %s", peer, rimm,
+                  mpiv_strerror(err));
     if (srv_send(p, peer) != MPIV_SUCCESS)
         util_log_error("cannot tell rank %d that a rendezvous failed: %s", peer,
                        mpiv_error_detail());
@@ -559,6 +561,7 @@ static void on_abort(pkt_t *p)
     int src = h->src;
     int err = h->status;
     atomic_fetch_add_explicit(&n_aborts_received, 1, memory_order_relaxed);
+    util_log_info("rank %d says rendezvous %#llx failed", src, (unsigned long long)h->handle);
     struct mpiv_request *r = h->handle <= UINT32_MAX ? recv_named((uint32_t)h->handle, src, 0)
                                                       : NULL;
     pkt_put_server(proto.pool, p);

@@ -107,6 +107,9 @@ static int exchange(int on, enum srv_fault_point point, int type, enum srv_fault
             ck_assert_uint_eq(first_bad(buf, size, 7), size);
         }
     }
+    if (getenv("FAULTS_TRACE"))
+        fprintf(stderr, "rank %d: exchange (hook on %d, point %d, type %d, action %d): %s\n", me,
+                on, (int)point, type, (int)action, mpiv_strerror(rc));
     if (me == on) {
         /* the fault happened, once */
         ck_assert_int_eq(atomic_load(&rule.applied), 1);
