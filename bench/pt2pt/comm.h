@@ -7,12 +7,16 @@
  *
  *   bc_init / bc_finalize / bc_rank / bc_size / bc_wtime / bc_barrier
  *   bc_send / bc_recv / bc_isend / bc_irecv / bc_waitall   (bytes, rank, tag)
- *   bc_thread_spawn / bc_thread_join      a ULT in MPIv, a pthread in MPI
+ *   bc_thread_spawn / bc_thread_join      a ULT or a plain pthread in MPIv
+ *                                         (--threads ult|pthread), a pthread
+ *                                         in MPI
  *   bc_team_*                             a start/stop barrier for the
- *                                         threads of one rank
- *   bc_run_main(fn, arg)                  runs the benchmark's driver: in a
- *                                         ULT for MPIv (the way MPIv programs
- *                                         run), on main's thread for MPI
+ *                                         threads of one rank (--gated only)
+ *   bc_run_main(fn, arg)                  runs fn as the benchmark's one
+ *                                         communicating thread: a ULT for
+ *                                         MPIv with --threads ult (the way
+ *                                         MPIv programs run), main's thread
+ *                                         with --threads pthread and for MPI
  *
  * Every call is checked: a failing call prints where and why and exits with
  * status 1, so a broken runtime fails the benchmark (and its CTest smoke
@@ -22,8 +26,8 @@
  * MPI_THREAD_MULTIPLE and refuses to run without it; BC_THREADS_ONE asks for
  * MPI_THREAD_SINGLE, which is what the classic single-threaded OSU tests use
  * and is MPI's best case (no locks). MPIv has no thread levels: it is always
- * callable from every ULT and pthread, so the single-threaded comparison is
- * conservative for MPIv.
+ * callable from every ULT and pthread, so every benchmark here asks MPI for
+ * MPI_THREAD_MULTIPLE, the same guarantee.
  */
 #ifndef BENCH_PT2PT_COMM_H
 #define BENCH_PT2PT_COMM_H
@@ -33,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 #if defined(BENCH_MPIV) == defined(BENCH_MPI)
 #error "build with exactly one of -DBENCH_MPIV and -DBENCH_MPI"
@@ -51,6 +56,45 @@ enum { BC_THREADS_ONE = 0, BC_THREADS_MANY = 1 };
         exit(1);                                                                \
     } while (0)
 
+/* For pthread calls, which return an errno value. */
+#define BC_PCHECK(call)                                                         \
+    do {                                                                        \
+        int bc_prc_ = (call);                                                   \
+        if (bc_prc_ != 0)                                                       \
+            BC_DIE("%s failed: %s", #call, strerror(bc_prc_));                  \
+    } while (0)
+
+/* What the benchmark's communicating threads are (--threads): ULTs, or
+ * plain pthreads (main's thread for one thread per rank). MPI has only
+ * pthreads. Set once by bc_parse, before any thread is started. */
+enum { BC_ULT = 0, BC_PTHREAD = 1 };
+#ifdef BENCH_MPIV
+static int bc_thread_mode = BC_ULT;
+#else
+static int bc_thread_mode = BC_PTHREAD;
+#endif
+
+static inline const char *bc_thread_kind(void) { return bc_thread_mode == BC_PTHREAD ? "pthread" : "ULT"; }
+
+/* 1024 threads per rank: a modest stack keeps the address space sane; the
+ * libraries' own call depth is far below it. Returns a pthread error code. */
+static inline int bc_pthread_create(void *(*fn)(void *), void *arg, pthread_t *t)
+{
+    pthread_attr_t a;
+    int rc = pthread_attr_init(&a);
+    if (rc == 0)
+        rc = pthread_attr_setstacksize(&a, 512 << 10);
+    if (rc == 0)
+        rc = pthread_create(t, &a, fn, arg);
+    pthread_attr_destroy(&a);
+    return rc;
+}
+static inline int bc_pthread_barrier_wait(pthread_barrier_t *b)
+{
+    int rc = pthread_barrier_wait(b);
+    return rc == PTHREAD_BARRIER_SERIAL_THREAD ? 0 : rc;
+}
+
 /* ======================================================================== */
 #ifdef BENCH_MPIV
 /* ======================================================================== */
@@ -67,8 +111,16 @@ enum { BC_THREADS_ONE = 0, BC_THREADS_MANY = 1 };
     } while (0)
 
 typedef mpiv_request_t bc_req_t;
-typedef mpiv_ult_t bc_thread_t;
-typedef mpiv_barrier_t bc_team_t;
+/* One of the two, by bc_thread_mode; a pthread team waits at a
+ * pthread_barrier_t, as a pthread program would. */
+typedef struct {
+    mpiv_ult_t ult;
+    pthread_t pth;
+} bc_thread_t;
+typedef struct {
+    mpiv_barrier_t ult;
+    pthread_barrier_t pth;
+} bc_team_t;
 
 static inline void bc_init(int *argc, char ***argv, int threads)
 {
@@ -131,17 +183,49 @@ static inline void bc_barrier(void)
 
 static inline void bc_thread_spawn(void *(*fn)(void *), void *arg, bc_thread_t *t)
 {
-    BC_CHECK(mpiv_ult_spawn(fn, arg, MPIV_WORKER_ANY, t));
+    if (bc_thread_mode == BC_PTHREAD)
+        BC_PCHECK(bc_pthread_create(fn, arg, &t->pth));
+    else
+        BC_CHECK(mpiv_ult_spawn(fn, arg, MPIV_WORKER_ANY, &t->ult));
 }
-static inline void bc_thread_join(bc_thread_t t) { BC_CHECK(mpiv_ult_join(t, NULL)); }
+static inline void bc_thread_join(bc_thread_t t)
+{
+    if (bc_thread_mode == BC_PTHREAD)
+        BC_PCHECK(pthread_join(t.pth, NULL));
+    else
+        BC_CHECK(mpiv_ult_join(t.ult, NULL));
+}
 
-static inline void bc_team_init(bc_team_t *b, int count) { BC_CHECK(mpiv_barrier_init(b, count)); }
-static inline void bc_team_wait(bc_team_t *b) { BC_CHECK(mpiv_barrier_wait(b)); }
-static inline void bc_team_destroy(bc_team_t *b) { BC_CHECK(mpiv_barrier_destroy(b)); }
+static inline void bc_team_init(bc_team_t *b, int count)
+{
+    if (bc_thread_mode == BC_PTHREAD)
+        BC_PCHECK(pthread_barrier_init(&b->pth, NULL, (unsigned)count));
+    else
+        BC_CHECK(mpiv_barrier_init(&b->ult, count));
+}
+static inline void bc_team_wait(bc_team_t *b)
+{
+    if (bc_thread_mode == BC_PTHREAD)
+        BC_PCHECK(bc_pthread_barrier_wait(&b->pth));
+    else
+        BC_CHECK(mpiv_barrier_wait(&b->ult));
+}
+static inline void bc_team_destroy(bc_team_t *b)
+{
+    if (bc_thread_mode == BC_PTHREAD)
+        BC_PCHECK(pthread_barrier_destroy(&b->pth));
+    else
+        BC_CHECK(mpiv_barrier_destroy(&b->ult));
+}
 
-/* MPIv programs do their work in ULTs; main only starts and joins. */
+/* With ULTs the work runs in one ULT, main only starts and joins it (the
+ * way MPIv programs run); with pthreads main's own thread does it. */
 static inline void bc_run_main(void *(*fn)(void *), void *arg)
 {
+    if (bc_thread_mode == BC_PTHREAD) {
+        fn(arg);
+        return;
+    }
     mpiv_ult_t u;
     BC_CHECK(mpiv_ult_spawn(fn, arg, MPIV_WORKER_ANY, &u));
     BC_CHECK(mpiv_ult_join(u, NULL));
@@ -151,7 +235,6 @@ static inline void bc_run_main(void *(*fn)(void *), void *arg)
 #else /* BENCH_MPI */
 /* ======================================================================== */
 #include <mpi.h>
-#include <pthread.h>
 #include <time.h>
 
 /* MPI's error codes and pthread's errno values both mean "failed"; MPI's
@@ -250,29 +333,18 @@ static inline void bc_waitall(int n, bc_req_t *reqs)
 #endif
 static inline void bc_barrier(void) { BC_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
-/* 1024 threads per rank: a modest stack keeps the address space sane;
- * MPI's own call depth is far below it. */
 static inline void bc_thread_spawn(void *(*fn)(void *), void *arg, bc_thread_t *t)
 {
-    pthread_attr_t a;
-    BC_CHECK(pthread_attr_init(&a));
-    BC_CHECK(pthread_attr_setstacksize(&a, 512 << 10));
-    BC_CHECK(pthread_create(t, &a, fn, arg));
-    pthread_attr_destroy(&a);
+    BC_PCHECK(bc_pthread_create(fn, arg, t));
 }
-static inline void bc_thread_join(bc_thread_t t) { BC_CHECK(pthread_join(t, NULL)); }
+static inline void bc_thread_join(bc_thread_t t) { BC_PCHECK(pthread_join(t, NULL)); }
 
 static inline void bc_team_init(bc_team_t *b, int count)
 {
-    BC_CHECK(pthread_barrier_init(b, NULL, (unsigned)count));
+    BC_PCHECK(pthread_barrier_init(b, NULL, (unsigned)count));
 }
-static inline void bc_team_wait(bc_team_t *b)
-{
-    int rc = pthread_barrier_wait(b);
-    if (rc != 0 && rc != PTHREAD_BARRIER_SERIAL_THREAD)
-        BC_DIE("pthread_barrier_wait failed: %d", rc);
-}
-static inline void bc_team_destroy(bc_team_t *b) { BC_CHECK(pthread_barrier_destroy(b)); }
+static inline void bc_team_wait(bc_team_t *b) { BC_PCHECK(bc_pthread_barrier_wait(b)); }
+static inline void bc_team_destroy(bc_team_t *b) { BC_PCHECK(pthread_barrier_destroy(b)); }
 
 static inline void bc_run_main(void *(*fn)(void *), void *arg) { fn(arg); }
 
@@ -315,10 +387,19 @@ static inline void *bc_alloc(size_t size)
     return p;
 }
 
-/* Start/stop gates for the n threads of one rank in a multi-threaded test.
- * Each thread does its warm-up, waits at `start`, runs the timed part, and
- * waits at `end`; the driver times from the opening of `start` to the
- * closing of `end`, so thread creation is never timed. */
+/* Runs fn(args + i * stride) on n threads of the benchmark's kind and
+ * returns the seconds its caller (main's thread) saw pass.
+ *
+ * By default (tm == NULL) that is what a program's own timing of a parallel
+ * section sees: from just before the first thread is started to just after
+ * the last one is joined, with nothing between the threads but their
+ * messages. Warm-up, if any, is a run of its own before this one.
+ *
+ * With a team (--gated, the harness's earlier way, kept for comparison):
+ * each thread does its warm-up, waits at `start`, runs the timed part and
+ * waits at `end`, and the time is from the opening of `start` to the closing
+ * of `end`; thread start and join are not timed, and all threads of the
+ * rank are released into the timed part at the same instant. */
 struct bc_team {
     bc_team_t start, end;
 };
@@ -329,18 +410,29 @@ static inline double bc_team_run(struct bc_team *tm, int n, void *(*fn)(void *),
     bc_thread_t *t = malloc((size_t)n * sizeof *t);
     if (!t)
         BC_DIE("out of memory for %d threads", n);
-    bc_team_init(&tm->start, n + 1);
-    bc_team_init(&tm->end, n + 1);
+    double t0 = 0, t1 = 0;
+    if (tm) {
+        bc_team_init(&tm->start, n + 1);
+        bc_team_init(&tm->end, n + 1);
+    } else {
+        t0 = bc_wtime();
+    }
     for (int i = 0; i < n; i++)
         bc_thread_spawn(fn, (char *)args + (size_t)i * stride, &t[i]);
-    bc_team_wait(&tm->start);
-    double t0 = bc_wtime();
-    bc_team_wait(&tm->end);
-    double t1 = bc_wtime();
+    if (tm) {
+        bc_team_wait(&tm->start);
+        t0 = bc_wtime();
+        bc_team_wait(&tm->end);
+        t1 = bc_wtime();
+    }
     for (int i = 0; i < n; i++)
         bc_thread_join(t[i]);
-    bc_team_destroy(&tm->start);
-    bc_team_destroy(&tm->end);
+    if (tm) {
+        bc_team_destroy(&tm->start);
+        bc_team_destroy(&tm->end);
+    } else {
+        t1 = bc_wtime();
+    }
     free(t);
     return t1 - t0;
 }
@@ -356,6 +448,7 @@ struct bc_opts {
     size_t size;    /* message size of the multi-threaded tests */
     int window;
     double budget;  /* seconds per pair count of the multi-threaded tests */
+    int gated;      /* multi-threaded tests: the start/stop-gate timing */
 };
 
 static inline size_t bc_parse_size(const char *s)
@@ -376,7 +469,7 @@ static inline void bc_usage(const char *prog)
 {
     fprintf(stderr,
             "usage: %s [--quick] [-i iters] [-m [min:]max] [-p p1,p2,...] [-s size] [-w window]\n"
-            "          [-t seconds]\n"
+            "          [-t seconds] [--threads ult|pthread] [--gated]\n"
             "  --quick   few iterations (smoke test)\n"
             "  -i N      iterations per size / per pair (default: scaled per test)\n"
             "  -m A:B    message sizes from A to B bytes (K, M suffixes)\n"
@@ -384,7 +477,12 @@ static inline void bc_usage(const char *prog)
             "  -s SIZE   message size of the multi-threaded tests (default 8)\n"
             "  -w N      window of the bandwidth and rate tests (default 64)\n"
             "  -t S      time budget per pair count of the multi-threaded tests: past it,\n"
-            "            pairs stop early (default 10; 2 with --quick)\n",
+            "            pairs stop early (default 10; 2 with --quick)\n"
+            "  --threads ult|pthread\n"
+            "            MPIv: communicate from ULTs (default) or from plain pthreads\n"
+            "            (main's thread when there is one per rank); MPI: pthread only\n"
+            "  --gated   multi-threaded tests: time between start/stop barriers that\n"
+            "            release all threads at once, instead of from start to join\n",
             prog);
     exit(2);
 }
@@ -403,6 +501,24 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quick")) {
             o->quick = 1;
+        } else if (!strcmp(a, "--gated")) {
+            o->gated = 1;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (!strcmp(v, "pthread"))
+                bc_thread_mode = BC_PTHREAD;
+#ifdef BENCH_MPIV
+            else if (!strcmp(v, "ult"))
+                bc_thread_mode = BC_ULT;
+#endif
+            else
+                BC_DIE("--threads %s: expected %s", v,
+#ifdef BENCH_MPIV
+                       "ult or pthread"
+#else
+                       "pthread (MPI has no ULTs)"
+#endif
+                );
+            i++;
         } else if (!strcmp(a, "-i") && v) {
             o->iters = atol(v), i++;
             if (o->iters <= 0)

@@ -50,7 +50,8 @@ static void *pair_main(void *arg)
 
     for (i = -p->skip;; i++) {
         if (i == 0) {
-            bc_team_wait(&p->team->start);
+            if (p->team)
+                bc_team_wait(&p->team->start);
             t0 = bc_wtime();
         }
         int last;
@@ -76,7 +77,8 @@ static void *pair_main(void *arg)
             break;
     }
     double t = bc_wtime() - t0;
-    bc_team_wait(&p->team->end);
+    if (p->team)
+        bc_team_wait(&p->team->end);
 
     if (p->me == 0 && memcmp(sbuf, rbuf, n) != 0)
         BC_DIE("mt_latency: pair %d: last echo differs from what was sent", p->id);
@@ -100,12 +102,10 @@ static void *run(void *unused)
     if (me == 0) {
         printf("# MPIv pt2pt multi-threaded latency: concurrent ping-pong pairs, %zu-byte messages\n",
                opts.size);
-        printf("# impl %s, ranks %d, one %s per rank per pair%s\n", BC_IMPL, bc_size(),
-#ifdef BENCH_MPIV
-               "ULT",
-#else
-               "pthread",
-#endif
+        printf("# impl %s, ranks %d, one %s per rank per pair, %s%s\n", BC_IMPL, bc_size(),
+               bc_thread_kind(),
+               opts.gated ? "timed between start/stop gates"
+                          : "timed by main from the first start to the last join",
                opts.quick ? ", quick" : "");
         printf("%-8s %-8s %14s %14s\n", "# Pairs", "Size", "Latency (us)", "Messages/s");
         fflush(stdout);
@@ -126,8 +126,21 @@ static void *run(void *unused)
             ps[i] = (struct pair){.id = i, .me = me, .iters = iters,
                                   .skip = warmup, .budget = opts.budget,
                                   .size = opts.size, .team = &team};
+        struct bc_team *tm = opts.gated ? &team : NULL;
+        for (int i = 0; i < n; i++)
+            ps[i].team = tm;
         bc_barrier();
-        double wall = bc_team_run(&team, n, pair_main, ps, sizeof *ps);
+        if (!tm && warmup > 0) {
+            /* The warm-up is a run of its own: nothing but messages
+             * between the threads of the timed run. */
+            for (int i = 0; i < n; i++)
+                ps[i].skip = 0, ps[i].iters = warmup;
+            bc_team_run(NULL, n, pair_main, ps, sizeof *ps);
+            for (int i = 0; i < n; i++)
+                ps[i].iters = iters;
+            bc_barrier();
+        }
+        double wall = bc_team_run(tm, n, pair_main, ps, sizeof *ps);
         double sum = 0, rounds = 0;
         long least = iters;
         for (int i = 0; i < n; i++) {
@@ -152,7 +165,9 @@ int main(int argc, char **argv)
 {
     bc_init(&argc, &argv, BC_THREADS_MANY);
     bc_parse(argc, argv, &opts);
-    bc_run_main(run, NULL);
+    /* main's thread drives: it starts and joins the pairs' threads itself,
+     * as a program would. */
+    run(NULL);
     bc_finalize();
     return 0;
 }

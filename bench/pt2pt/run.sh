@@ -22,9 +22,16 @@
 # worker running the ULTs, one server) share it. --bind none lets the OS
 # place every thread anywhere instead, for all three.
 #
+# MPIv runs twice, as two rows of every table: mpiv-ult (the benchmark's
+# threads are ULTs) and mpiv-pthread (plain pthreads: main's thread for one
+# per rank, one pthread per pair otherwise), i.e. --threads ult|pthread.
+# --impl mpiv means both.
+#
 # Usage: bench/pt2pt/run.sh [--quick] [--build DIR] [--out DIR]
-#          [--impl mpiv,mpich,openmpi] [--bench latency,bandwidth,mt_latency,mt_msgrate]
+#          [--impl mpiv-ult,mpiv-pthread,mpich,openmpi]
+#          [--bench latency,bandwidth,mt_latency,mt_msgrate]
 #          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
+#          [--gated]         (multi-threaded tests: the start/stop-gate timing)
 #          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
 
@@ -34,15 +41,16 @@ root=$(cd "$here/../.." && pwd)
 build="$root/build-bench"
 out=""
 quick=0
-impls="mpiv,mpich,openmpi"
+impls="mpiv-ult,mpiv-pthread,mpich,openmpi"
 benches="latency,bandwidth,mt_latency,mt_msgrate"
 pairs=""
 bind=core
 timeout_s=""
 do_build=1
 report_only=0
+gated=0
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
@@ -54,6 +62,7 @@ while [ $# -gt 0 ]; do
     --bind) bind=$2; shift ;;
     --timeout) timeout_s=$2; shift ;;
     --no-build) do_build=0 ;;
+    --gated) gated=1 ;;
     --report-only) report_only=1; do_build=0 ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -65,7 +74,15 @@ case "$bind" in core|none) ;; *) echo "run.sh: --bind core|none" >&2; exit 2 ;; 
 [ -n "$timeout_s" ] || { [ $quick = 1 ] && timeout_s=300 || timeout_s=1200; }
 mkdir -p "$out/raw" "$out/dat"
 bin="$build/bench/pt2pt"
-IFS=, read -r -a impl_list <<<"$impls"
+impl_list=()
+IFS=, read -r -a words <<<"$impls"
+for impl in "${words[@]}"; do
+    case $impl in
+    mpiv) impl_list+=(mpiv-ult mpiv-pthread) ;;
+    mpiv-ult|mpiv-pthread|mpich|openmpi) impl_list+=("$impl") ;;
+    *) echo "run.sh: unknown implementation '$impl' (mpiv, mpiv-ult, mpiv-pthread, mpich, openmpi)" >&2; exit 2 ;;
+    esac
+done
 IFS=, read -r -a bench_list <<<"$benches"
 
 say() { printf '%s\n' "$*" >&2; }
@@ -76,7 +93,7 @@ if [ $do_build = 1 ]; then
         cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
     for impl in "${impl_list[@]}"; do
         case $impl in
-        mpiv) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate" ;;
+        mpiv-*) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate" ;;
         *) targets="pt2pt_$impl" ;;
         esac
         # shellcheck disable=SC2086
@@ -98,7 +115,7 @@ fi
 # launch IMPL: prints the launcher command line for 2 ranks.
 launch() {
     case $1 in
-    mpiv)
+    mpiv-*)
         echo "env MPIV_BIND=$bind $build/tools/mpiv_run -n 2 --timeout $timeout_s" ;;
     mpich)
         echo "timeout $timeout_s mpiexec.mpich -n 2 -bind-to $bind" ;;
@@ -106,14 +123,23 @@ launch() {
         echo "timeout $timeout_s mpirun.openmpi --allow-run-as-root -n 2 --bind-to $bind --map-by core" ;;
     esac
 }
-exe() { [ "$1" = mpiv ] && echo "$bin/pt2pt_$2" || echo "$bin/pt2pt_$2_$1"; }
+exe() {
+    case $1 in
+    mpiv-ult) echo "$bin/pt2pt_$2 --threads ult" ;;
+    mpiv-pthread) echo "$bin/pt2pt_$2 --threads pthread" ;;
+    *) echo "$bin/pt2pt_$2_$1" ;;
+    esac
+}
 
 args=()
 [ $quick = 1 ] && args+=(--quick)
 declare -A status
 for b in "${bench_list[@]}"; do
     bargs=("${args[@]}")
-    case $b in mt_*) [ -n "$pairs" ] && bargs+=(-p "$pairs") ;; esac
+    case $b in mt_*)
+        [ -n "$pairs" ] && bargs+=(-p "$pairs")
+        [ $gated = 1 ] && bargs+=(--gated) ;;
+    esac
     for impl in "${impl_list[@]}"; do
         x=$(exe "$impl" "$b")
         raw="$out/raw/$b.$impl.txt"
@@ -121,7 +147,7 @@ for b in "${bench_list[@]}"; do
             status[$b.$impl]=$(cat "$raw.status" 2>/dev/null || echo "?")
             continue
         fi
-        if [ ! -x "$x" ] || { [ "$impl" = mpiv ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
+        if [ ! -x "${x%% *}" ] || { [ "${impl%-*}" = mpiv ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
             say "== $b / $impl: not built, skipped"
             echo "# not built" >"$raw"
             status[$b.$impl]="not built"
@@ -169,8 +195,14 @@ for b in "${bench_list[@]}"; do
             awk '!/^#/ && NF>=4 {print $1, $3, $4, $2}' "$raw" >"$dat"
             awk -v i="$impl" '{printf "mt_latency,%s,%s,%s,latency_us,%s\nmt_latency,%s,%s,%s,msgs_per_s,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
         mt_msgrate)
-            awk '!/^#/ && NF>=4 {print $1, $4, $3, $2}' "$raw" >"$dat"
-            awk -v i="$impl" '{printf "mt_msgrate,%s,%s,%s,msgs_per_s,%s\nmt_msgrate,%s,%s,%s,bandwidth_MBps,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
+            # the rate anchor (one thread per rank, no other) has a line of
+            # its own, "anchor" in the pairs column: a row of the table, not
+            # a point of the plot
+            awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $4, $3, $2}' "$raw" >"$dat"
+            awk -v i="$impl" '{printf "mt_msgrate,%s,%s,%s,msgs_per_s,%s\nmt_msgrate,%s,%s,%s,bandwidth_MBps,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv"
+            awk '$1 == "anchor" && NF>=4 {print "1-thread-anchor", $4, $3, $2}' "$raw" >"$out/dat/mt_msgrate_anchor.$impl.dat"
+            awk -v i="$impl" '{printf "mt_msgrate_anchor,%s,%s,1,msgs_per_s,%s\n", i, $4, $2}' "$out/dat/mt_msgrate_anchor.$impl.dat" >>"$csv"
+            cat "$out/dat/mt_msgrate_anchor.$impl.dat" "$dat" >"$out/dat/mt_msgrate_table.$impl.dat" ;;
         esac
     done
 done
@@ -185,22 +217,27 @@ table() {
         names+=("$impl")
     done
     awk -v xl="$xl" -v unit="$unit" -v lower="$lower" -v names="${names[*]}" '
-        BEGIN { n = split(names, nm, " ") }
+        BEGIN {
+            n = split(names, nm, " ")
+            # a speedup column for each MPIv row against each MPI
+            for (i = 1; i <= n; i++) if (nm[i] ~ /^mpiv/) mv[++nmv] = i; else mp[++nmp] = i
+        }
         FNR == 1 { f++ }
         { if (!($1 in seen)) { seen[$1] = 1; xs[++nx] = $1 } v[f, $1] = $2 }
         END {
             line = "| " xl; sep = "|---:"
             for (i = 1; i <= n; i++) { line = line " | " nm[i] " " unit; sep = sep "|---:" }
-            if (nm[1] == "mpiv")
-                for (i = 2; i <= n; i++) { line = line " | MPIv speedup vs " nm[i]; sep = sep "|---:" }
+            for (a = 1; a <= nmv; a++)
+                for (b = 1; b <= nmp; b++) { line = line " | " nm[mv[a]] " vs " nm[mp[b]]; sep = sep "|---:" }
             print line " |"; print sep "|"
             for (k = 1; k <= nx; k++) {
                 x = xs[k]; line = "| " x
                 for (i = 1; i <= n; i++) line = line " | " (((i, x) in v) ? v[i, x] : "—")
-                if (nm[1] == "mpiv")
-                    for (i = 2; i <= n; i++) {
-                        if (((1, x) in v) && ((i, x) in v) && v[1, x] > 0 && v[i, x] > 0)
-                            r = lower ? v[i, x] / v[1, x] : v[1, x] / v[i, x]
+                for (a = 1; a <= nmv; a++)
+                    for (b = 1; b <= nmp; b++) {
+                        m = mv[a]; i = mp[b]
+                        if (((m, x) in v) && ((i, x) in v) && v[m, x] > 0 && v[i, x] > 0)
+                            r = lower ? v[i, x] / v[m, x] : v[m, x] / v[i, x]
                         else r = ""
                         line = line " | " (r == "" ? "—" : sprintf(r >= 10 ? "%.0f×" : r >= 0.1 ? "%.2f×" : "%.2g×", r))
                     }
@@ -226,7 +263,9 @@ md="$out/pt2pt.md"
         latency) echo "### Latency (ping-pong, one-way, µs) — lower is better"; echo; echo "Runs:$st"; echo; table latency "Size (B)" "µs" 1 ;;
         bandwidth) echo "### Bandwidth (window of 64, MB/s) — higher is better"; echo; echo "Runs:$st"; echo; table bandwidth "Size (B)" "MB/s" 0 ;;
         mt_latency) echo "### Multi-threaded latency (8 B ping-pong per pair, one-way µs per thread) — lower is better"; echo; echo "Runs:$st"; echo; table mt_latency "Pairs" "µs" 1 ;;
-        mt_msgrate) echo "### Multi-threaded message rate (8 B, window of 64 per pair, messages/s) — higher is better"; echo; echo "Runs:$st"; echo; table mt_msgrate "Pairs" "msg/s" 0 ;;
+        mt_msgrate) echo "### Multi-threaded message rate (8 B, window of 64 per pair, messages/s) — higher is better"; echo
+            echo "Row \`1-thread-anchor\`: the same window loop on one thread per rank and no other (MPI: main's thread at MPI_THREAD_MULTIPLE), the best single-thread rate MPI reaches; hold MPIv's many-thread rows against it."
+            echo; echo "Runs:$st"; echo; table mt_msgrate_table "Pairs" "msg/s" 0 ;;
         esac
     done
     # The aims of issue 6, from the same run.
@@ -238,13 +277,20 @@ md="$out/pt2pt.md"
             printf "| %s | %s | %s | %.2f× | %s |\n", t, a, b, r, (r >= goal ? "met" : "not met") }'
     }
     echo
-    echo "### Aims of issue 6 (this run)"
+    # the highest rate in any row of the rate table, over the given impls
+    best() { local f=() i; for i in "$@"; do f+=("$out/dat/mt_msgrate_table.$i.dat"); done
+        cat "${f[@]}" 2>/dev/null | awk '$2 > m {m = $2} END {if (m > 0) print m}'; }
+    echo "### Aims of issues 6 and 18 (this run; MPIv = mpiv-ult unless named)"
     echo
-    echo "| aim | MPIv | MPICH | MPIv speedup | |"
+    echo "| aim | MPIv | other | MPIv speedup | |"
     echo "|---|---:|---:|---:|---|"
-    aim "8 B latency (µs) ≤ MPICH's" "$(val latency.mpiv 8)" "$(val latency.mpich 8)" 1 1
-    aim "message rate, 64 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv 64)" "$(val mt_msgrate.mpich 64)" 0 10
-    aim "1 MiB ping-pong (µs; bandwidth = size / time) ≥ 1.2× MPICH's bandwidth" "$(val latency.mpiv 1048576)" "$(val latency.mpich 1048576)" 1 1.2
+    aim "8 B latency (µs) ≤ MPICH's" "$(val latency.mpiv-ult 8)" "$(val latency.mpich 8)" 1 1
+    aim "8 B latency from a pthread (µs) ≤ MPICH's" "$(val latency.mpiv-pthread 8)" "$(val latency.mpich 8)" 1 1
+    aim "8 B latency, mpiv-pthread within 1.2× of mpiv-ult" "$(val latency.mpiv-pthread 8)" "$(val latency.mpiv-ult 8)" 1 0.8333
+    aim "message rate, 64 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv-ult 64)" "$(val mt_msgrate.mpich 64)" 0 10
+    aim "message rate, 8 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv-ult 8)" "$(val mt_msgrate.mpich 8)" 0 10
+    aim "MPIv's best rate (any row) ≥ 1.5× MPI's best (any row, anchor included)" "$(best mpiv-ult mpiv-pthread)" "$(best mpich openmpi)" 0 1.5
+    aim "1 MiB ping-pong (µs; bandwidth = size / time) ≥ 1.2× MPICH's bandwidth" "$(val latency.mpiv-ult 1048576)" "$(val latency.mpich 1048576)" 1 1.2
     echo
     echo "### Commands"
     echo
@@ -266,7 +312,7 @@ if command -v gnuplot >/dev/null; then
         for impl in "${impl_list[@]}"; do
             f="$out/dat/$b.$impl.dat"
             [ -s "$f" ] || continue
-            case $impl in mpiv) color="#d62728" ;; mpich) color="#1f77b4" ;; *) color="#2ca02c" ;; esac
+            case $impl in mpiv-ult) color="#d62728" ;; mpiv-pthread) color="#ff7f0e" ;; mpich) color="#1f77b4" ;; *) color="#2ca02c" ;; esac
             s="$s$sep'$f' using (\$1 == 0 ? 0.5 : \$1):$col with linespoints lw 2 pt 7 lc rgb '$color' title '$impl'"
             sep=", "
         done
