@@ -286,7 +286,7 @@ md="$out/pt2pt.md"
     echo "|---|---:|---:|---:|---|"
     aim "8 B latency (µs) ≤ MPICH's" "$(val latency.mpiv-ult 8)" "$(val latency.mpich 8)" 1 1
     aim "8 B latency from a pthread (µs) ≤ MPICH's" "$(val latency.mpiv-pthread 8)" "$(val latency.mpich 8)" 1 1
-    aim "8 B latency, mpiv-pthread within 1.2× of mpiv-ult" "$(val latency.mpiv-pthread 8)" "$(val latency.mpiv-ult 8)" 1 0.8333
+    aim "8 B latency from a pthread within 1.2× of from a ULT (MPIv = mpiv-pthread, other = mpiv-ult; met at ≥ 0.83×)" "$(val latency.mpiv-pthread 8)" "$(val latency.mpiv-ult 8)" 1 0.8333
     aim "message rate, 64 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv-ult 64)" "$(val mt_msgrate.mpich 64)" 0 10
     aim "message rate, 8 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv-ult 8)" "$(val mt_msgrate.mpich 8)" 0 10
     aim "MPIv's best rate (any row) ≥ 1.5× MPI's best (any row, anchor included)" "$(best mpiv-ult mpiv-pthread)" "$(best mpich openmpi)" 0 1.5
