@@ -25,9 +25,9 @@
  * Thread levels. bc_init(..., BC_THREADS_MANY) asks MPI for
  * MPI_THREAD_MULTIPLE and refuses to run without it; BC_THREADS_ONE asks for
  * MPI_THREAD_SINGLE, which is what the classic single-threaded OSU tests use
- * and is MPI's best case (no locks). MPIv has no thread levels: it is always
- * callable from every ULT and pthread, so every benchmark here asks MPI for
- * MPI_THREAD_MULTIPLE, the same guarantee.
+ * and is MPI's best case (no locks): the single-thread benchmarks (latency,
+ * bandwidth) use it, so MPIv meets the strongest baseline for them; the
+ * multithreaded ones ask for MPI_THREAD_MULTIPLE, which they need.
  */
 #ifndef BENCH_PT2PT_COMM_H
 #define BENCH_PT2PT_COMM_H
