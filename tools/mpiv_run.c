@@ -6,7 +6,7 @@
  *    each rank runs on and its local rank there.
  *  - The key-value exchange (kvs_*) listens on TCP before any rank starts.
  *    Each rank connects, proves it belongs to the job with the random
- *    MPIV_JOB_SECRET, and then every allgather/barrier of src/server/boot.c
+ *    MPIV_JOB_SECRET, and then every allgather/barrier of src/boot/boot.c
  *    is one message to us and one reply (wire format: boot_wire.h).
  *  - spawn_rank() forks each rank into its own process group (so a launcher
  *    template's children die with it, and the terminal's Ctrl-C reaches
@@ -46,7 +46,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "server/boot_wire.h"
+#include "boot/boot_wire.h"
 #include "util/util.h"
 
 #define EXIT_USAGE 2
@@ -627,7 +627,7 @@ static void kvs_try_complete(void)
     uint32_t len = 0;
     for (int r = 0; r < nranks; r++) {
         if (ranks[r].said_bye) {
-            kvs_break("rank %d already left the job (srv_boot_finalize), so an allgather or "
+            kvs_break("rank %d already left the job (boot_finalize), so an allgather or "
                       "barrier cannot complete", r);
             return;
         }

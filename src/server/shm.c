@@ -55,7 +55,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/srv_int.h"
 #include "util/spinlock.h"
 
@@ -236,7 +236,7 @@ static int shm_exchange(struct srv_backend *be)
     all = calloc((size_t)be->size, sizeof *all);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
-    int rc = srv_boot_allgather(&mine, sizeof mine, all);
+    int rc = boot_allgather(&mine, sizeof mine, all);
     uint64_t key = all[0].key;
     for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
         be->pid[r] = (pid_t)all[r].pid;
@@ -249,7 +249,7 @@ static int shm_exchange(struct srv_backend *be)
     int *each = calloc((size_t)be->size, sizeof *each);
     if (!each)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
-    rc = srv_boot_allgather(&ok, sizeof ok, each);
+    rc = boot_allgather(&ok, sizeof ok, each);
     for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
         oks += each[r];
     if (rc == MPIV_SUCCESS && oks != be->size && made == MPIV_SUCCESS)
@@ -261,7 +261,7 @@ static int shm_exchange(struct srv_backend *be)
         rc = r == be->rank ? (be->peer[r] = be->mine, MPIV_SUCCESS) : map_peer(be, key, r);
     /* everybody has mapped everybody (or failed): nothing needs the names */
     ok = rc == MPIV_SUCCESS;
-    int brc = srv_boot_allgather(&ok, sizeof ok, each);
+    int brc = boot_allgather(&ok, sizeof ok, each);
     if (be->name[0]) {
         shm_unlink(be->name);
         be->name[0] = '\0';

@@ -32,7 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 
 #define FAIL(...)                                                                  \
     do {                                                                           \
@@ -50,16 +50,16 @@ static void fill(unsigned char *p, size_t len, int rank, unsigned round)
 static int check(int argc, char **argv)
 {
     int rank, size;
-    if (srv_boot_init(&rank, &size))
-        FAIL("srv_boot_init failed: %s", mpiv_strerror(MPIV_ERR_BOOTSTRAP));
+    if (boot_init(&rank, &size))
+        FAIL("boot_init failed: %s", mpiv_strerror(MPIV_ERR_BOOTSTRAP));
     if (rank < 0 || rank >= size)
         FAIL("rank %d of %d", rank, size);
-    if (argc > 2 && strcmp(argv[2], srv_boot_method()) != 0)
-        FAIL("method %s, expected %s", srv_boot_method(), argv[2]);
+    if (argc > 2 && strcmp(argv[2], boot_method_name()) != 0)
+        FAIL("method %s, expected %s", boot_method_name(), argv[2]);
     if (argc > 3 && atoi(argv[3]) != size)
         FAIL("size %d, expected %s", size, argv[3]);
     const char *env_rank = getenv("MPIV_RANK");
-    if (strcmp(srv_boot_method(), "mpiv_run") == 0 && (!env_rank || atoi(env_rank) != rank))
+    if (strcmp(boot_method_name(), "mpiv_run") == 0 && (!env_rank || atoi(env_rank) != rank))
         FAIL("rank %d but MPIV_RANK=%s", rank, env_rank ? env_rank : "(unset)");
 
     static const size_t lens[] = {1, 8, 100, 4096, 65536};
@@ -70,7 +70,7 @@ static int check(int argc, char **argv)
         if (!mine || !all || !want)
             FAIL("out of memory");
         fill(mine, len, rank, k);
-        if (srv_boot_allgather(mine, len, all))
+        if (boot_allgather(mine, len, all))
             FAIL("rank %d: allgather of %zu bytes failed", rank, len);
         for (int r = 0; r < size; r++) {
             fill(want, len, r, k);
@@ -80,14 +80,14 @@ static int check(int argc, char **argv)
         free(mine);
         free(all);
         free(want);
-        if (srv_boot_barrier())
+        if (boot_barrier())
             FAIL("rank %d: barrier failed", rank);
     }
-    if (srv_boot_allgather(NULL, 0, NULL))
+    if (boot_allgather(NULL, 0, NULL))
         FAIL("rank %d: empty allgather failed", rank);
-    printf("boot_probe: rank %d of %d via %s ok\n", rank, size, srv_boot_method());
+    printf("boot_probe: rank %d of %d via %s ok\n", rank, size, boot_method_name());
     fflush(stdout);
-    srv_boot_finalize();
+    boot_finalize();
     return 0;
 }
 
@@ -99,7 +99,7 @@ static int wrong_secret(void)
     bad[0] = bad[0] == '0' ? '1' : '0';
     setenv("MPIV_JOB_SECRET", bad, 1);
     int rank, size;
-    int rc = srv_boot_init(&rank, &size);
+    int rc = boot_init(&rank, &size);
     if (rc != MPIV_ERR_BOOTSTRAP)
         FAIL("a wrong secret gave %d, expected MPIV_ERR_BOOTSTRAP", rc);
     printf("boot_probe: refused as expected: %s\n", mpiv_error_detail());
@@ -136,26 +136,26 @@ enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL, LEAVE_BYE };
 static int leave_early(enum leave how)
 {
     int rank, size;
-    if (srv_boot_init(&rank, &size))
-        FAIL("srv_boot_init failed");
+    if (boot_init(&rank, &size))
+        FAIL("boot_init failed");
     if (rank == size - 1) {
         if (how == LEAVE_KILL)
             raise(SIGKILL);
         if (how == LEAVE_STALL) {
             sleep(3); /* slow, not broken: it leaves properly */
-            srv_boot_finalize();
+            boot_finalize();
             _exit(0);
         }
         if (how == LEAVE_BYE) {
-            srv_boot_finalize();
+            boot_finalize();
             sleep(1); /* still running while the others try */
         }
-        _exit(0); /* no srv_boot_finalize: as if it crashed quietly */
+        _exit(0); /* no boot_finalize: as if it crashed quietly */
     }
     char c = 'x', all[64];
     if (size > (int)sizeof all)
         FAIL("size %d too large for this test", size);
-    int rc = srv_boot_allgather(&c, 1, all);
+    int rc = boot_allgather(&c, 1, all);
     if (rc != MPIV_ERR_BOOTSTRAP)
         FAIL("rank %d: allgather without the last rank gave %d", rank, rc);
     /* the first rank to time out leaves, which fails the others at once */
@@ -165,7 +165,7 @@ static int leave_early(enum leave how)
         FAIL("rank %d: allgather failed but did not time out", rank);
     printf("boot_probe: rank %d failed as expected: %s\n", rank, mpiv_error_detail());
     /* a program that handles the failure leaves the job properly */
-    srv_boot_finalize();
+    boot_finalize();
     return 0;
 }
 

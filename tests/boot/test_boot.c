@@ -1,4 +1,4 @@
-/* Tests of src/server/boot*.c: the singleton method in this process, the
+/* Tests of src/boot/: the singleton method in this process, the
  * mpiv_run method's error paths against fake servers, and whole jobs of
  * boot_probe started by mpiv_run and by Open MPI's mpirun (PMIx). */
 #include <arpa/inet.h>
@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "boot/boot.h"
 #include "common/check_main.h"
-#include "server/boot.h"
 #include "tools/run_cmd.h"
 
 static const char *boot_vars[] = {
@@ -52,25 +52,25 @@ static void set_run_env(int port, const char *rank, const char *size)
 START_TEST(singleton_is_rank_0_of_1)
 {
     clean_env();
-    ck_assert_str_eq(srv_boot_method(), "none");
-    ck_assert_int_eq(srv_boot_barrier(), MPIV_ERR_STATE);
+    ck_assert_str_eq(boot_method_name(), "none");
+    ck_assert_int_eq(boot_barrier(), MPIV_ERR_STATE);
     int rank = -1, size = -1;
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
     ck_assert_int_eq(rank, 0);
     ck_assert_int_eq(size, 1);
-    ck_assert_str_eq(srv_boot_method(), "singleton");
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_STATE);
+    ck_assert_str_eq(boot_method_name(), "singleton");
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_STATE);
     char mine[5] = "abcd", all[5] = "";
-    ck_assert_int_eq(srv_boot_allgather(mine, 5, all), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_allgather(mine, 5, all), MPIV_SUCCESS);
     ck_assert_str_eq(all, "abcd");
-    ck_assert_int_eq(srv_boot_allgather(NULL, 5, all), MPIV_ERR_ARG);
-    ck_assert_int_eq(srv_boot_barrier(), MPIV_SUCCESS);
-    srv_boot_finalize();
-    srv_boot_finalize();
-    ck_assert_str_eq(srv_boot_method(), "none");
+    ck_assert_int_eq(boot_allgather(NULL, 5, all), MPIV_ERR_ARG);
+    ck_assert_int_eq(boot_barrier(), MPIV_SUCCESS);
+    boot_finalize();
+    boot_finalize();
+    ck_assert_str_eq(boot_method_name(), "none");
     /* joining again after leaving works */
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_SUCCESS);
-    srv_boot_finalize();
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
+    boot_finalize();
 }
 END_TEST
 
@@ -79,24 +79,24 @@ START_TEST(missing_variables_are_explained)
     clean_env();
     setenv("MPIV_BOOT_ADDR", "127.0.0.1:1", 1);
     int rank, size;
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_SIZE"));
     setenv("MPIV_SIZE", "2", 1);
     setenv("MPIV_RANK", "2", 1);
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_RANK=2"));
     setenv("MPIV_RANK", "1", 1);
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_JOB_SECRET"));
     set_run_env(1, "1", "2");
     setenv("MPIV_BOOT_ADDR", "no-port-here", 1);
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "host:port"));
     setenv("MPIV_BOOT_ADDR", "127.0.0.1:1", 1);
     setenv("MPIV_BOOT_TIMEOUT", "soon", 1);
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_CONFIG);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_BOOT_TIMEOUT=soon"));
-    ck_assert_str_eq(srv_boot_method(), "none");
+    ck_assert_str_eq(boot_method_name(), "none");
 }
 END_TEST
 
@@ -111,7 +111,7 @@ START_TEST(unreachable_exchange_times_out)
     setenv("MPIV_BOOT_TIMEOUT", "1", 1);
     int rank, size;
     double t0 = run_now();
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     double dt = run_now() - t0;
     ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "cannot reach mpiv_run"));
     ck_assert(dt >= 0.9 && dt < 5);
@@ -129,7 +129,7 @@ START_TEST(silent_exchange_times_out)
     setenv("MPIV_BOOT_TIMEOUT", "1", 1);
     int rank, size;
     double t0 = run_now();
-    ck_assert_int_eq(srv_boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
     double dt = run_now() - t0;
     ck_assert_msg(strstr(mpiv_error_detail(), "timed out"), "detail: %s", mpiv_error_detail());
     ck_assert(dt >= 0.9 && dt < 5);
@@ -198,7 +198,7 @@ START_TEST(junk_client_is_cut_off)
 }
 END_TEST
 
-/* A rank that left with srv_boot_finalize cannot take part in another
+/* A rank that left with boot_finalize cannot take part in another
  * allgather: the others are told at once. */
 START_TEST(allgather_after_a_rank_left_fails)
 {

@@ -1,10 +1,10 @@
 /*
  * boot_wire.h — the wire format of mpiv_run's key-value exchange, shared by
- * the client (src/server/boot_run.c, inside every rank) and the server
+ * the client (src/boot/boot_run.c, inside every rank) and the server
  * (tools/mpiv_run.c). Nothing else belongs here.
  *
- * One TCP connection per rank, kept open from srv_boot_init to
- * srv_boot_finalize. All integers are 32-bit, network byte order.
+ * One TCP connection per rank, kept open from boot_init to
+ * boot_finalize. All integers are 32-bit, network byte order.
  *
  *   rank → run   HELLO   magic[8] rank size secret_len secret[secret_len]
  *   run  → rank  ACK     status(0)                  (refusal: no ACK, close)
@@ -17,8 +17,8 @@
  * A connection that closes without BYE means its rank is gone: every
  * pending and later GATHER of the job fails, so no rank waits for it.
  */
-#ifndef MPIV_SERVER_BOOT_WIRE_H
-#define MPIV_SERVER_BOOT_WIRE_H
+#ifndef MPIV_BOOT_WIRE_H
+#define MPIV_BOOT_WIRE_H
 
 #include <stdint.h>
 

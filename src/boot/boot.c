@@ -54,7 +54,7 @@ int boot_timeout_s(void)
     return (int)v;
 }
 
-int srv_boot_init(int *rank, int *size)
+int boot_init(int *rank, int *size)
 {
     if (method)
         return util_err(MPIV_ERR_STATE, "bootstrap: already joined the job (method %s)",
@@ -75,19 +75,19 @@ int srv_boot_init(int *rank, int *size)
     return MPIV_SUCCESS;
 }
 
-int srv_boot_allgather(const void *mine, size_t len, void *all)
+int boot_allgather(const void *mine, size_t len, void *all)
 {
     if (!method)
-        return util_err(MPIV_ERR_STATE, "bootstrap: allgather before srv_boot_init");
+        return util_err(MPIV_ERR_STATE, "bootstrap: allgather before boot_init");
     if ((len && (!mine || !all)))
         return util_err(MPIV_ERR_ARG, "bootstrap: allgather with a NULL buffer");
     return method->allgather(mine, len, all);
 }
 
-int srv_boot_barrier(void)
+int boot_barrier(void)
 {
     if (!method)
-        return util_err(MPIV_ERR_STATE, "bootstrap: barrier before srv_boot_init");
+        return util_err(MPIV_ERR_STATE, "bootstrap: barrier before boot_init");
     return method->barrier();
 }
 
@@ -99,11 +99,11 @@ static void boot_leave(bool graceful)
     method = NULL;
 }
 
-void srv_boot_finalize(void) { boot_leave(true); }
+void boot_finalize(void) { boot_leave(true); }
 
-void srv_boot_abandon(void) { boot_leave(false); }
+void boot_abandon(void) { boot_leave(false); }
 
-const char *srv_boot_method(void)
+const char *boot_method_name(void)
 {
     return method ? method->name : "none";
 }

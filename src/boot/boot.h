@@ -16,8 +16,8 @@
  * collective and not thread-safe: one thread of each rank calls them, all
  * ranks in the same order.
  */
-#ifndef MPIV_SERVER_BOOT_H
-#define MPIV_SERVER_BOOT_H
+#ifndef MPIV_BOOT_H
+#define MPIV_BOOT_H
 
 #include <stddef.h>
 
@@ -25,18 +25,18 @@
 
 /* Picks the method from the environment and joins the job. MPIV_ERR_STATE
  * if already joined. */
-int srv_boot_init(int *rank, int *size);
+int boot_init(int *rank, int *size);
 /* Every rank contributes len bytes (the same len everywhere, at most 1 MiB);
  * all[r*len ..] receives rank r's. */
-int srv_boot_allgather(const void *mine, size_t len, void *all);
-int srv_boot_barrier(void);
+int boot_allgather(const void *mine, size_t len, void *all);
+int boot_barrier(void);
 /* Leaves the job (tells mpiv_run this rank left on purpose). Idempotent. */
-void srv_boot_finalize(void);
+void boot_finalize(void);
 /* Lets go of the job without saying goodbye, after a failure the other ranks
  * cannot know of: the launcher then counts this rank as broken off (and
  * mpiv_run fails the others' pending exchanges at once). Idempotent. */
-void srv_boot_abandon(void);
-/* "mpiv_run", "pmix" or "singleton"; "none" before srv_boot_init. */
-const char *srv_boot_method(void);
+void boot_abandon(void);
+/* "mpiv_run", "pmix" or "singleton"; "none" before boot_init. */
+const char *boot_method_name(void);
 
 #endif
