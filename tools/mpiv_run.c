@@ -109,9 +109,11 @@ static void print_help(void)
         "      --launcher TEMPL  command prefixed to each rank's command, split on\n"
         "                        spaces; {host} is replaced by the rank's host, e.g.\n"
         "                        --launcher 'ip netns exec {host}'. The rank's MPIV_*\n"
-        "                        variables and -x variables are passed with env(1);\n"
-        "                        when the launcher is ssh the command is shell-quoted\n"
-        "                        and run in the current directory.\n"
+        "                        variables and -x variables are passed with env(1),\n"
+        "                        the job secret on the rank's stdin (read by sh, so\n"
+        "                        the launcher must forward stdin); when the launcher\n"
+        "                        is ssh the command is shell-quoted and run in the\n"
+        "                        current directory.\n"
         "      --bind ADDR       IPv4 address the key-value exchange listens on and\n"
         "                        ranks connect to. Default: 127.0.0.1 without -H;\n"
         "                        with -H, 0.0.0.0 and each host is given the local\n"
@@ -983,14 +985,26 @@ static char *shell_quote(const char *s)
     return q;
 }
 
+/* The shell code that reads the job secret from the first line of stdin
+ * into the environment, or says why it could not (a launcher that does not
+ * forward stdin) and fails the rank. */
+static const char *read_secret_sh(int r)
+{
+    return xasprintf("if IFS= read -r MPIV_JOB_SECRET; then export MPIV_JOB_SECRET; else "
+                     "echo 'mpiv_run: rank %d could not read the job secret from its stdin "
+                     "(the launcher must forward stdin)' >&2; exit 127; fi",
+                     r);
+}
+
 /* argv for a rank started through a launcher template: the template's
- * words ({host} replaced), then `env VARS... prog args...` — as one
- * shell-quoted word after `cd DIR &&` when the launcher is ssh, whose
- * remote side hands its arguments to a shell. Through ssh the job secret
- * is not on the command line (where ps shows it, on both hosts, for as
- * long as the job runs): the remote shell reads it from the first line of
- * stdin, and *secret_on_stdin tells spawn_rank to write it there. */
-static char **launcher_argv(int r, int *secret_on_stdin)
+ * words ({host} replaced), then a shell that reads the job secret from
+ * stdin and runs `env VARS... prog args...`. The secret is never on a
+ * command line, where ps shows it to every user (the launcher's, and on
+ * every host it passes through) for as long as the job runs; spawn_rank
+ * writes it to the rank's stdin. When the launcher is ssh, whose remote
+ * side hands its arguments to a shell, the whole command is one
+ * shell-quoted word that also changes to our directory. */
+static char **launcher_argv(int r)
 {
     const char *tmpl = opt.launcher ? opt.launcher : "ssh -T -o BatchMode=yes {host}";
     const char *host = ranks[r].host >= 0 ? opt.hosts[ranks[r].host] : "localhost";
@@ -1002,7 +1016,7 @@ static char **launcher_argv(int r, int *secret_on_stdin)
         nargs++;
     for (const char *p = tmpl; *p; p++)
         nwords += !isspace((unsigned char)*p) && (p == tmpl || isspace((unsigned char)p[-1]));
-    char **v = keep(calloc(nwords + nenv + nargs + 4, sizeof *v));
+    char **v = keep(calloc(nwords + nenv + nargs + 8, sizeof *v));
     size_t n = 0;
     char *copy = keep(strdup(tmpl));
     for (char *save = NULL, *w = strtok_r(copy, " \t", &save); w;
@@ -1012,11 +1026,9 @@ static char **launcher_argv(int r, int *secret_on_stdin)
     }
     const char *base = strrchr(v[0], '/');
     base = base ? base + 1 : v[0];
-    *secret_on_stdin = strcmp(base, "ssh") == 0;
-    if (*secret_on_stdin) {
+    if (strcmp(base, "ssh") == 0) {
         char cwd[PATH_MAX];
-        char *cmd = xasprintf("IFS= read -r MPIV_JOB_SECRET && export MPIV_JOB_SECRET && "
-                              "cd %s && exec env",
+        char *cmd = xasprintf("%s && cd %s && exec env", read_secret_sh(r),
                               shell_quote(getcwd(cwd, sizeof cwd) ? cwd : "."));
         for (size_t i = 0; i < nenv; i++)
             if (strncmp(env[i], "MPIV_JOB_SECRET=", 16) != 0)
@@ -1025,9 +1037,14 @@ static char **launcher_argv(int r, int *secret_on_stdin)
             cmd = xasprintf("%s %s", cmd, shell_quote(opt.argv[i]));
         v[n++] = cmd;
     } else {
+        v[n++] = "sh";
+        v[n++] = "-c";
+        v[n++] = xasprintf("%s && exec \"$@\"", read_secret_sh(r));
+        v[n++] = "mpiv_rank"; /* $0 of that shell */
         v[n++] = "env";
         for (size_t i = 0; i < nenv; i++)
-            v[n++] = env[i];
+            if (strncmp(env[i], "MPIV_JOB_SECRET=", 16) != 0)
+                v[n++] = env[i];
         for (size_t i = 0; i < nargs; i++)
             v[n++] = opt.argv[i];
     }
@@ -1047,8 +1064,11 @@ static void child_fail(const char *what, const char *arg)
 static void spawn_rank(int r)
 {
     int out[2], err[2], in[2] = {-1, -1};
-    int remote = opt.launcher || opt.hosts, secret_on_stdin = 0;
-    char **argv = remote ? launcher_argv(r, &secret_on_stdin) : opt.argv;
+    /* through a launcher the secret goes to the rank's stdin; a rank we
+     * fork ourselves has it in its environment, which only its owner can
+     * read (/proc/PID/environ is mode 0400) */
+    int remote = opt.launcher || opt.hosts, secret_on_stdin = remote;
+    char **argv = remote ? launcher_argv(r) : opt.argv;
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
         (secret_on_stdin && pipe2(in, O_CLOEXEC) != 0)) {
         fprintf(stderr, "%s: pipe: %s\n", prog_name, strerror(errno));

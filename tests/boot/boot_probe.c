@@ -21,12 +21,21 @@
  *   boot_probe stall                  the last rank joins, sleeps 3 s, exits;
  *                                     the others' allgather must time out
  *                                     (run with MPIV_BOOT_TIMEOUT=1).
+ *   boot_probe secret-scan            join; once every rank has joined (so
+ *                                     every launcher is up), look for the
+ *                                     job secret in each process's
+ *                                     /proc/PID/cmdline and environ that
+ *                                     other users may read; exit 1 if found.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +140,70 @@ static void send_garbage(void)
     printf("boot_probe: junk connection closed\n");
 }
 
+/* 1 if /proc/<pid>/<file> is readable by other users and holds `secret`. */
+static int leaks(const char *pid, const char *file, const char *secret)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%s/%s", pid, file);
+    struct stat st;
+    if (stat(path, &st) != 0 || !(st.st_mode & S_IROTH))
+        return 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    static char buf[1 << 20];
+    size_t used = 0;
+    ssize_t n;
+    while (used < sizeof buf - 1 && (n = read(fd, buf + used, sizeof buf - 1 - used)) > 0)
+        used += (size_t)n;
+    close(fd);
+    /* NUL-separated words: the secret may sit inside any of them */
+    for (size_t i = 0; i < used; i++)
+        if (buf[i] == '\0')
+            buf[i] = '\n';
+    buf[used] = '\0';
+    return strstr(buf, secret) != NULL;
+}
+
+static int secret_scan(void)
+{
+    const char *s = getenv("MPIV_JOB_SECRET");
+    if (!s || strlen(s) < 16)
+        FAIL("no MPIV_JOB_SECRET in the environment");
+    char secret[256];
+    snprintf(secret, sizeof secret, "%s", s);
+    int rank, size;
+    if (boot_init(&rank, &size) || boot_barrier())
+        FAIL("joining the job failed");
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int procs = 0, found = 0;
+    while (d && (e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        procs++;
+        static const char *files[] = {"cmdline", "environ"};
+        for (int k = 0; k < 2; k++) {
+            if (leaks(e->d_name, files[k], secret)) {
+                fprintf(stderr, "boot_probe: rank %d: the job secret is in /proc/%s/%s\n",
+                        rank, e->d_name, files[k]);
+                found = 1;
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+    /* the others keep their launchers up until everybody has looked */
+    if (boot_barrier())
+        FAIL("second barrier failed");
+    boot_finalize();
+    if (found)
+        return 1;
+    printf("boot_probe: rank %d: secret in no readable cmdline or environ of %d processes\n",
+           rank, procs);
+    return 0;
+}
+
 enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL, LEAVE_BYE };
 
 static int leave_early(enum leave how)
@@ -190,6 +263,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "stall") == 0)
         return leave_early(LEAVE_STALL);
+    if (strcmp(mode, "secret-scan") == 0)
+        return secret_scan();
     fprintf(stderr, "boot_probe: unknown mode %s\n", mode);
     return 2;
 }

@@ -369,6 +369,50 @@ START_TEST(ssh_launcher_quotes_the_command)
 }
 END_TEST
 
+/* The job secret must be on no command line (ps shows every process's to
+ * every user): not through a launcher that stays up as the rank's parent
+ * (timeout(1) keeps its whole command line), with or without -H, nor when
+ * ranks are forked here. Each rank looks, once the whole job is up. */
+START_TEST(secret_is_on_no_command_line)
+{
+    struct run_result r = RUN("-n", "2", "--launcher", "timeout 60", BOOT_PROBE, "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+    r = RUN("-n", "2", "-H", "localhost,127.0.0.1", "--launcher", "timeout 60", BOOT_PROBE,
+            "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+    r = RUN("-n", "2", BOOT_PROBE, "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* A launcher that does not forward stdin: the rank says why it cannot
+ * join instead of hanging or joining with no secret. */
+START_TEST(launcher_without_stdin_is_explained)
+{
+    char dir[] = "/tmp/mpiv_no_stdin_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char launcher[64];
+    snprintf(launcher, sizeof launcher, "%s/no-stdin", dir);
+    FILE *f = fopen(launcher, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nexec \"$@\" </dev/null\n", f);
+    fclose(f);
+    chmod(launcher, 0755);
+    struct run_result r = RUN("-n", "2", "--launcher", launcher, BOOT_PROBE, "check");
+    EXPECT_CODE(r, 127);
+    EXPECT_OUT(r, "could not read the job secret from its stdin");
+    free(r.out);
+    unlink(launcher);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -429,6 +473,8 @@ static Suite *run_suite(void)
     tcase_add_test(tc, hosts_round_robin_and_block);
     tcase_add_test(tc, launcher_job_joins_the_exchange);
     tcase_add_test(tc, ssh_launcher_quotes_the_command);
+    tcase_add_test(tc, secret_is_on_no_command_line);
+    tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
     suite_add_tcase(s, tc);
