@@ -55,8 +55,15 @@
 #define KILL_GRACE_MS 2000
 #define DRAIN_MS 1000
 #define LINE_MAX_BUF 65536
-#define MAX_PENDING_CLIENTS 64
-#define HELLO_MS 10000 /* a connection must prove itself this fast */
+/* Connections that have not proved they belong to the job yet. A rank
+ * sends its hello as soon as it has connected, so these limits only bite
+ * on idle or hostile connections; the one whose hello is oldest makes room
+ * for a newer one (and is told to try again: a slow rank then reconnects). */
+#define HELLO_PER_ADDR 32 /* from one peer address */
+#define HELLO_TOTAL 256   /* from all addresses together */
+#define HELLO_MS 2000     /* a connection must prove itself this fast */
+#define REFUSAL_LOG_MS 1000 /* at most one line about refusals per second */
+#define MAX_LISTENERS 64
 #define BYE_WAIT_MS 2000 /* how long a reaped rank's BYE may lag its exit */
 
 static const char *prog_name = "mpiv_run";
@@ -116,9 +123,11 @@ static void print_help(void)
         "                        current directory.\n"
         "      --bind ADDR       IPv4 address the key-value exchange listens on and\n"
         "                        ranks connect to. Default: 127.0.0.1 without -H;\n"
-        "                        with -H, 0.0.0.0 and each host is given the local\n"
-        "                        address that routes to it (use --bind when host names\n"
-        "                        are not network names, e.g. network namespaces).\n"
+        "                        with -H, each host is given the local address that\n"
+        "                        routes to it, and only those addresses listen (every\n"
+        "                        address when a host name does not resolve here; use\n"
+        "                        --bind when host names are not network names, e.g.\n"
+        "                        network namespaces).\n"
         "  -x VAR[=VAL]          set VAR in every rank (VAR alone: copy our value,\n"
         "                        if we have one).\n"
         "                        Repeatable. Local ranks inherit our whole environment\n"
@@ -466,19 +475,34 @@ struct client {
     enum client_state state;
     int rank;
     char peer[64];
+    uint32_t ip;       /* the peer's IPv4 address (network order) */
     uint64_t hello_by; /* CL_HELLO: dropped if not joined by then */
     char *in; /* bytes received and not yet parsed */
     size_t in_used, in_cap;
     int pending; /* a GATHER is waiting for the others */
     uint32_t pending_len;
     char *pending_data;
+    int dead; /* dropped: freed at the end of the event loop's round */
     struct client *next;
 };
 
-static int kvs_fd = -1;
+/* The exchange listens on one socket per local address that some rank
+ * connects to (only 127.0.0.1 without -H), not on every address. */
+struct listener {
+    int fd;
+    int port;
+    char addr[INET_ADDRSTRLEN];
+};
+static struct listener listeners[MAX_LISTENERS];
+static int nlisteners;
 static char job_secret[BOOT_SECRET_HEX + 1];
-static struct client *clients;
-static struct client **client_of_rank;
+static struct client *hellos; /* connections still in CL_HELLO, newest first */
+static int nhellos;
+static struct client **client_of_rank; /* joined connections */
+static struct client *graveyard; /* dropped, not yet freed */
+static int npending;
+static int njoined;          /* ranks that have ever joined */         /* joined connections with a GATHER waiting */
+static int bye_rank = -1;    /* the first rank that left with BYE, -1: none */
 static int kvs_broken;       /* a rank left; every gather now fails */
 static char kvs_why[256];
 
@@ -512,24 +536,46 @@ static int secret_matches(const char *given, size_t len)
     return diff == 0;
 }
 
-/* Listens on `bind_addr` (port chosen by the kernel) and returns the port. */
-static int kvs_listen(const char *bind_addr)
+/* The listener on `addr`, made on first use (port chosen by the kernel;
+ * the same as the first listener's when it is free there, which keeps the
+ * ports a firewall must let through to one). */
+static struct listener *listener_on(const char *addr)
 {
-    kvs_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (kvs_fd < 0) {
-        fprintf(stderr, "%s: socket: %s\n", prog_name, strerror(errno));
+    for (int i = 0; i < nlisteners; i++)
+        if (strcmp(listeners[i].addr, addr) == 0)
+            return &listeners[i];
+    if (nlisteners == MAX_LISTENERS) {
+        fprintf(stderr, "%s: the hosts route through more than %d local addresses; use --bind\n",
+                prog_name, MAX_LISTENERS);
         exit(EXIT_RUNTIME);
     }
+    struct listener *l = &listeners[nlisteners];
     struct sockaddr_in sa = {.sin_family = AF_INET};
-    inet_pton(AF_INET, bind_addr, &sa.sin_addr);
-    socklen_t sl = sizeof sa;
-    if (bind(kvs_fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(kvs_fd, 128) != 0 ||
-        getsockname(kvs_fd, (struct sockaddr *)&sa, &sl) != 0) {
-        fprintf(stderr, "%s: cannot listen on %s for the key-value exchange: %s\n", prog_name,
-                bind_addr, strerror(errno));
-        exit(EXIT_RUNTIME);
+    inet_pton(AF_INET, addr, &sa.sin_addr);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        l->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (l->fd < 0) {
+            fprintf(stderr, "%s: socket: %s\n", prog_name, strerror(errno));
+            exit(EXIT_RUNTIME);
+        }
+        sa.sin_port = attempt == 0 && nlisteners ? htons((uint16_t)listeners[0].port) : 0;
+        socklen_t sl = sizeof sa;
+        /* a deep backlog: a large job's ranks all connect at once */
+        if (bind(l->fd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(l->fd, 4096) == 0 &&
+            getsockname(l->fd, (struct sockaddr *)&sa, &sl) == 0)
+            break;
+        int e = errno;
+        close(l->fd);
+        if (attempt == 1 || !nlisteners) {
+            fprintf(stderr, "%s: cannot listen on %s for the key-value exchange: %s\n",
+                    prog_name, addr, strerror(e));
+            exit(EXIT_RUNTIME);
+        }
     }
-    return ntohs(sa.sin_port);
+    l->port = ntohs(sa.sin_port);
+    snprintf(l->addr, sizeof l->addr, "%s", addr);
+    nlisteners++;
+    return l;
 }
 
 /* The local address that routes to `host` (a UDP connect sends nothing),
@@ -555,19 +601,42 @@ static int route_addr_to(const char *host, char *out, size_t outlen)
     return ok;
 }
 
-static void client_drop(struct client *c)
+static void hello_unlink(struct client *c)
 {
-    struct client **pp = &clients;
+    struct client **pp = &hellos;
     while (*pp && *pp != c)
         pp = &(*pp)->next;
-    if (*pp)
+    if (*pp) {
         *pp = c->next;
-    if (c->state == CL_JOINED && client_of_rank[c->rank] == c)
+        nhellos--;
+    }
+}
+
+static void client_drop(struct client *c)
+{
+    if (c->state == CL_HELLO)
+        hello_unlink(c);
+    if (c->state == CL_JOINED && client_of_rank[c->rank] == c) {
         client_of_rank[c->rank] = NULL;
+        npending -= c->pending;
+    }
     close(c->fd);
     free(c->in);
     free(c->pending_data);
-    free(c);
+    c->in = c->pending_data = NULL;
+    /* the event loop may still hold c for this round */
+    c->dead = 1;
+    c->next = graveyard;
+    graveyard = c;
+}
+
+static void graveyard_free(void)
+{
+    while (graveyard) {
+        struct client *c = graveyard;
+        graveyard = c->next;
+        free(c);
+    }
 }
 
 static int send_blocking(int fd, const void *buf, size_t len)
@@ -610,11 +679,11 @@ static void kvs_break(const char *fmt, ...)
         va_end(ap);
         kvs_broken = 1;
     }
-    for (struct client *c = clients, *next; c; c = next) {
-        next = c->next;
-        if (c->state == CL_JOINED && c->pending) {
+    for (int r = 0; r < nranks && npending; r++) {
+        struct client *c = client_of_rank[r];
+        if (c && c->pending) {
             send_failure(c, kvs_why);
-            ranks[c->rank].released = 1;
+            ranks[r].released = 1;
             client_drop(c);
         }
     }
@@ -626,18 +695,16 @@ static void kvs_try_complete(void)
         kvs_break("%s", kvs_why);
         return;
     }
+    if (bye_rank >= 0) {
+        kvs_break("rank %d already left the job (boot_finalize), so an allgather or "
+                  "barrier cannot complete", bye_rank);
+        return;
+    }
+    if (npending < nranks)
+        return;
     uint32_t len = 0;
     for (int r = 0; r < nranks; r++) {
-        if (ranks[r].said_bye) {
-            kvs_break("rank %d already left the job (boot_finalize), so an allgather or "
-                      "barrier cannot complete", r);
-            return;
-        }
-    }
-    for (int r = 0; r < nranks; r++) {
         struct client *c = client_of_rank[r];
-        if (!c || !c->pending)
-            return;
         if (r == 0)
             len = c->pending_len;
         else if (c->pending_len != len) {
@@ -660,6 +727,7 @@ static void kvs_try_complete(void)
         c->pending_data = NULL;
         c->pending = 0;
     }
+    npending = 0;
     uint32_t head[2] = {htonl(BOOT_ST_OK), htonl((uint32_t)total)};
     for (int r = 0; r < nranks; r++) {
         struct client *c = client_of_rank[r];
@@ -672,10 +740,49 @@ static void kvs_try_complete(void)
     free(all);
 }
 
-static void refuse(struct client *c, const char *why)
+/* One line about a refused connection, at most one per REFUSAL_LOG_MS
+ * (plus a count of those left out): whoever can reach the port can make
+ * refusals as fast as they like. */
+static uint64_t refusal_log_until;
+static unsigned refusals_unlogged;
+
+static void refusal_log_flush(void)
 {
+    if (refusals_unlogged)
+        fprintf(stderr, "%s: ... and %u more connections to the key-value exchange refused or "
+                        "dropped\n", prog_name, refusals_unlogged);
+    refusals_unlogged = 0;
+}
+
+static void log_refusal(const struct client *c, const char *why)
+{
+    uint64_t now = util_now_ns();
+    if (now < refusal_log_until) {
+        refusals_unlogged++;
+        return;
+    }
+    refusal_log_flush();
     fprintf(stderr, "%s: refused a connection to the key-value exchange from %s: %s\n",
             prog_name, c->peer, why);
+    refusal_log_until = now + (uint64_t)REFUSAL_LOG_MS * 1000000ull;
+}
+
+/* A client that said hello and is not part of this job: it learns why (a
+ * rank then fails at once instead of retrying), and is dropped. */
+static void refuse(struct client *c, const char *why)
+{
+    log_refusal(c, why);
+    send_failure(c, why);
+    client_drop(c);
+}
+
+/* A connection that has not said hello in time, or makes room for a newer
+ * one: told to try again (a rank does, until its MPIV_BOOT_TIMEOUT). */
+static void turn_away(struct client *c, const char *why)
+{
+    log_refusal(c, why);
+    uint32_t busy = htonl(BOOT_ST_BUSY);
+    send(c->fd, &busy, sizeof busy, MSG_NOSIGNAL | MSG_DONTWAIT);
     client_drop(c);
 }
 
@@ -687,7 +794,8 @@ static int client_parse(struct client *c)
             const size_t fixed = BOOT_WIRE_MAGIC_LEN + 12;
             if (c->in_used >= BOOT_WIRE_MAGIC_LEN &&
                 memcmp(c->in, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN) != 0) {
-                refuse(c, "not an MPIv bootstrap client");
+                log_refusal(c, "not an MPIv bootstrap client");
+                client_drop(c);
                 return 0;
             }
             if (c->in_used < fixed)
@@ -718,10 +826,12 @@ static int client_parse(struct client *c)
                 refuse(c, why);
                 return 0;
             }
+            hello_unlink(c);
             c->state = CL_JOINED;
             c->rank = (int)rank;
             client_of_rank[rank] = c;
             ranks[rank].joined = 1;
+            njoined++;
             memmove(c->in, c->in + fixed + slen, c->in_used - fixed - slen);
             c->in_used -= fixed + slen;
             uint32_t ack = htonl(BOOT_ST_OK);
@@ -739,14 +849,12 @@ static int client_parse(struct client *c)
         uint32_t op = ntohl(h[0]), len = ntohl(h[1]);
         if (op == BOOT_OP_BYE) {
             ranks[c->rank].said_bye = 1;
+            if (bye_rank < 0)
+                bye_rank = c->rank;
             client_drop(c);
             /* others already waiting in an allgather can never complete */
-            for (struct client *o = clients; o; o = o->next) {
-                if (o->state == CL_JOINED && o->pending) {
-                    kvs_try_complete();
-                    break;
-                }
-            }
+            if (npending)
+                kvs_try_complete();
             return 0;
         }
         if (op != BOOT_OP_GATHER || len > BOOT_MAX_BLOB || c->pending) {
@@ -766,6 +874,7 @@ static int client_parse(struct client *c)
             memcpy(c->pending_data, c->in + 8, len);
         c->pending_len = len;
         c->pending = 1;
+        npending++;
         memmove(c->in, c->in + 8 + len, c->in_used - 8 - len);
         c->in_used -= 8 + len;
         kvs_try_complete();
@@ -819,34 +928,46 @@ static int client_read(struct client *c)
 static uint64_t kvs_expire(uint64_t now)
 {
     uint64_t next = UINT64_MAX;
-    for (struct client *c = clients, *n; c; c = n) {
+    for (struct client *c = hellos, *n; c; c = n) {
         n = c->next;
-        if (c->state != CL_HELLO)
-            continue;
         if (now >= c->hello_by)
-            refuse(c, "no valid hello within 10 s");
+            turn_away(c, "no valid hello in time");
         else if (c->hello_by < next)
             next = c->hello_by;
     }
     return next;
 }
 
-static void kvs_accept(void)
+/* Makes room for one more connection from `ip`: turns away the oldest
+ * connection still saying hello from that address when it has
+ * HELLO_PER_ADDR of them, or the oldest of all at HELLO_TOTAL. */
+static void hello_make_room(uint32_t ip)
+{
+    int same = 0;
+    struct client *oldest_same = NULL, *oldest = NULL;
+    for (struct client *c = hellos; c; c = c->next) {
+        if (c->ip == ip) {
+            same++;
+            oldest_same = c; /* newest first: the last one seen is oldest */
+        }
+        oldest = c;
+    }
+    if (same >= HELLO_PER_ADDR)
+        turn_away(oldest_same, "too many connections from one address without a valid hello");
+    else if (nhellos >= HELLO_TOTAL)
+        turn_away(oldest, "too many connections without a valid hello");
+}
+
+static void kvs_accept(int lfd)
 {
     for (;;) {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(kvs_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof sa;
+        int fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return;
-        int waiting = 0;
-        for (struct client *c = clients; c; c = c->next)
-            waiting += c->state == CL_HELLO;
         struct client *c = calloc(1, sizeof *c);
-        if (!c || waiting >= MAX_PENDING_CLIENTS) {
-            fprintf(stderr, "%s: refused a connection to the key-value exchange: %d "
-                    "connections have not said hello yet\n", prog_name, waiting);
-            free(c);
+        if (!c) {
             close(fd);
             continue;
         }
@@ -854,18 +975,19 @@ static void kvs_accept(void)
         c->state = CL_HELLO;
         c->rank = -1;
         c->hello_by = util_now_ns() + HELLO_MS * 1000000ull;
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
-            char a[INET_ADDRSTRLEN] = "?";
-            inet_ntop(AF_INET, &sa->sin_addr, a, sizeof a);
-            snprintf(c->peer, sizeof c->peer, "%s:%u", a, ntohs(sa->sin_port));
-        } else {
-            snprintf(c->peer, sizeof c->peer, "(unknown)");
-        }
+        c->ip = sa.sin_addr.s_addr;
+        char a[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &sa.sin_addr, a, sizeof a);
+        snprintf(c->peer, sizeof c->peer, "%s:%u", a, ntohs(sa.sin_port));
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        c->next = clients;
-        clients = c;
+        hello_make_room(c->ip);
+        c->next = hellos;
+        hellos = c;
+        nhellos++;
+        /* a rank's hello is usually here already: read it now, so that it
+         * joins before any later connection can push it out */
+        client_read(c);
     }
 }
 
@@ -874,9 +996,8 @@ static void kvs_accept(void)
 /* ---------------------------------------------------------------------- */
 
 static sigset_t handled_signals, old_mask;
-static char boot_host_default[64];
-static int boot_port;
-static char **boot_host_of; /* per -H host: the address it connects to */
+static char boot_addr_default[128]; /* host:port of the exchange for local ranks */
+static char **boot_addr_of; /* per -H host: the host:port it connects to */
 
 /* Everything built for one rank's command line and environment is noted
  * here and freed once the rank is forked. */
@@ -930,7 +1051,7 @@ static char **rank_env(int r, int all_mpiv)
             cap++;
     char **v = keep(calloc(cap, sizeof *v));
     size_t n = 0;
-    const char *host = ranks[r].host >= 0 ? boot_host_of[ranks[r].host] : boot_host_default;
+    const char *addr = ranks[r].host >= 0 ? boot_addr_of[ranks[r].host] : boot_addr_default;
     static const char *ours[] = {"MPIV_BOOT_ADDR=", "MPIV_JOB_SECRET=", "MPIV_RANK=",
                                  "MPIV_SIZE=", "MPIV_LOCAL_RANK=", "MPIV_LOCAL_SIZE="};
     if (all_mpiv) {
@@ -954,7 +1075,7 @@ static char **rank_env(int r, int all_mpiv)
                 v[n++] = xasprintf("%s=%s", x, val);
         }
     }
-    v[n++] = xasprintf("MPIV_BOOT_ADDR=%s:%d", host, boot_port);
+    v[n++] = xasprintf("MPIV_BOOT_ADDR=%s", addr);
     v[n++] = xasprintf("MPIV_JOB_SECRET=%s", job_secret);
     v[n++] = xasprintf("MPIV_RANK=%d", r);
     v[n++] = xasprintf("MPIV_SIZE=%d", nranks);
@@ -1191,7 +1312,7 @@ static void rank_exited(int r, int st)
         if (client_of_rank[r])
             client_drop(client_of_rank[r]);
         kvs_break("rank %d exited without calling mpiv_finalize", r);
-    } else if (!ranks[r].said_bye && (bad || clients)) {
+    } else if (!ranks[r].said_bye && (bad || njoined)) {
         kvs_break("rank %d exited before joining the exchange", r);
     }
     if ((!bad && !unfinished) || terminating)
@@ -1236,7 +1357,7 @@ static int run_loop(int sfd)
                                       : 0;
     uint64_t drain_until = 0;
     int timed_out = 0;
-    size_t cap = 2 + 2 * (size_t)nranks + MAX_PENDING_CLIENTS + (size_t)nranks;
+    size_t cap = 1 + MAX_LISTENERS + 2 * (size_t)nranks + HELLO_TOTAL + (size_t)nranks;
     struct pollfd *pfd = calloc(cap, sizeof *pfd);
     void **what = calloc(cap, sizeof *what);
     if (!pfd || !what)
@@ -1280,8 +1401,11 @@ static int run_loop(int sfd)
         size_t n = 0;
         pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
         what[n++] = NULL;
-        pfd[n] = (struct pollfd){.fd = kvs_fd, .events = POLLIN};
-        what[n++] = &kvs_fd;
+        for (int i = 0; i < nlisteners; i++) {
+            pfd[n] = (struct pollfd){.fd = listeners[i].fd, .events = POLLIN};
+            what[n++] = &listeners[i];
+        }
+        size_t first_stream = n;
         for (int r = 0; r < nranks; r++) {
             struct stream *ss[2] = {&ranks[r].out, &ranks[r].err};
             for (int k = 0; k < 2; k++) {
@@ -1292,9 +1416,15 @@ static int run_loop(int sfd)
             }
         }
         size_t first_client = n;
-        for (struct client *c = clients; c && n < cap; c = c->next) {
+        for (struct client *c = hellos; c && n < cap; c = c->next) {
             pfd[n] = (struct pollfd){.fd = c->fd, .events = POLLIN};
             what[n++] = c;
+        }
+        for (int r = 0; r < nranks && n < cap; r++) {
+            if (!client_of_rank[r])
+                continue;
+            pfd[n] = (struct pollfd){.fd = client_of_rank[r]->fd, .events = POLLIN};
+            what[n++] = client_of_rank[r];
         }
         int got = poll(pfd, n, timeout_ms);
         if (got < 0 && errno != EINTR) {
@@ -1307,7 +1437,7 @@ static int run_loop(int sfd)
 
         /* output first, so that a rank's last words come before the
          * message about its death */
-        for (size_t i = 2; i < first_client; i++) {
+        for (size_t i = first_stream; i < first_client; i++) {
             if (!pfd[i].revents)
                 continue;
             struct stream *s = what[i];
@@ -1321,14 +1451,13 @@ static int run_loop(int sfd)
             if (!pfd[i].revents)
                 continue;
             /* a client may have been dropped by an earlier one's failure */
-            struct client *c = clients;
-            while (c && c != what[i])
-                c = c->next;
-            if (c)
+            struct client *c = what[i];
+            if (!c->dead)
                 client_read(c);
         }
-        if (pfd[1].revents)
-            kvs_accept();
+        for (size_t i = 1; i < first_stream; i++)
+            if (pfd[i].revents)
+                kvs_accept(pfd[i].fd);
         if (pfd[0].revents) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == sizeof si) {
@@ -1349,6 +1478,7 @@ static int run_loop(int sfd)
             }
             alive = reap();
         }
+        graveyard_free();
     }
     for (int r = 0; r < nranks; r++) {
         stream_close(r, &ranks[r].out);
@@ -1407,23 +1537,40 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     make_secret();
-    const char *listen_on = opt.bind ? opt.bind : opt.hosts ? "0.0.0.0" : "127.0.0.1";
-    boot_port = kvs_listen(listen_on);
-    if (strcmp(listen_on, "0.0.0.0") != 0) {
-        snprintf(boot_host_default, sizeof boot_host_default, "%s", listen_on);
-    } else if (gethostname(boot_host_default, sizeof boot_host_default - 1) != 0) {
-        snprintf(boot_host_default, sizeof boot_host_default, "127.0.0.1");
+    /* Where the exchange listens: --bind, else 127.0.0.1 without -H; with
+     * -H, each host gets the local address that routes to it, and we listen
+     * on those only. A host whose name does not resolve here gets our host
+     * name, and only then do we listen on every address. */
+    const struct listener *l;
+    if (!opt.hosts || opt.bind) {
+        l = listener_on(opt.bind ? opt.bind : "127.0.0.1");
+        snprintf(boot_addr_default, sizeof boot_addr_default, "%s:%d", l->addr, l->port);
     }
     if (opt.hosts) {
-        boot_host_of = calloc((size_t)opt.nhosts, sizeof *boot_host_of);
-        if (!boot_host_of)
+        boot_addr_of = calloc((size_t)opt.nhosts, sizeof *boot_addr_of);
+        if (!boot_addr_of)
             return EXIT_RUNTIME;
         for (int h = 0; h < opt.nhosts; h++) {
-            char a[INET_ADDRSTRLEN];
-            if (strcmp(listen_on, "0.0.0.0") == 0 && route_addr_to(opt.hosts[h], a, sizeof a))
-                boot_host_of[h] = strdup(a);
-            else
-                boot_host_of[h] = boot_host_default;
+            char a[INET_ADDRSTRLEN], name[100];
+            if (opt.bind) {
+                boot_addr_of[h] = strdup(boot_addr_default);
+            } else if (route_addr_to(opt.hosts[h], a, sizeof a)) {
+                l = listener_on(a);
+                boot_addr_of[h] = NULL;
+                if (asprintf(&boot_addr_of[h], "%s:%d", l->addr, l->port) < 0)
+                    boot_addr_of[h] = NULL;
+            } else {
+                l = listener_on("0.0.0.0");
+                if (gethostname(name, sizeof name - 1) != 0)
+                    snprintf(name, sizeof name, "127.0.0.1");
+                name[sizeof name - 1] = '\0';
+                if (asprintf(&boot_addr_of[h], "%s:%d", name, l->port) < 0)
+                    boot_addr_of[h] = NULL;
+            }
+            if (!boot_addr_of[h]) {
+                fprintf(stderr, "%s: out of memory\n", prog_name);
+                return EXIT_RUNTIME;
+            }
         }
     }
 
@@ -1432,21 +1579,26 @@ int main(int argc, char **argv)
     int rc = run_loop(sfd);
     fflush(stdout);
 
-    while (clients)
-        client_drop(clients);
+    refusal_log_flush();
+    while (hellos)
+        client_drop(hellos);
+    for (int r = 0; r < nranks; r++)
+        if (client_of_rank[r])
+            client_drop(client_of_rank[r]);
+    graveyard_free();
     free(scratch);
     free(client_of_rank);
     free(ranks);
-    if (boot_host_of)
+    if (boot_addr_of)
         for (int h = 0; h < opt.nhosts; h++)
-            if (boot_host_of[h] != boot_host_default)
-                free(boot_host_of[h]);
-    free(boot_host_of);
+            free(boot_addr_of[h]);
+    free(boot_addr_of);
     if (opt.hosts)
         free(opt.hosts[0]); /* the split copy of the -H list */
     free(opt.hosts);
     free(opt.xvars);
-    close(kvs_fd);
+    for (int i = 0; i < nlisteners; i++)
+        close(listeners[i].fd);
     close(sfd);
     return rc;
 }

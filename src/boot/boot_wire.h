@@ -7,7 +7,10 @@
  * boot_finalize. All integers are 32-bit, network byte order.
  *
  *   rank → run   HELLO   magic[8] rank size secret_len secret[secret_len]
- *   run  → rank  ACK     status(0)                  (refusal: no ACK, close)
+ *   run  → rank  ACK     status(0)
+ *                        refused: status(1) len why[len], then close
+ *                        busy:    status(2), then close: connect again
+ *                        (a close without a status word means busy too)
  *   rank → run   GATHER  op(1) len data[len]        (a barrier is len 0)
  *   run  → rank  RESULT  status len body[len]
  *                        status 0: body = every rank's data, rank order
@@ -26,7 +29,7 @@
 #define BOOT_WIRE_MAGIC_LEN 8
 
 enum boot_wire_op { BOOT_OP_GATHER = 1, BOOT_OP_BYE = 2 };
-enum boot_wire_status { BOOT_ST_OK = 0, BOOT_ST_FAILED = 1 };
+enum boot_wire_status { BOOT_ST_OK = 0, BOOT_ST_FAILED = 1, BOOT_ST_BUSY = 2 };
 
 /* The job secret is this many random bytes, passed as lowercase hex. */
 #define BOOT_SECRET_BYTES 32

@@ -21,6 +21,10 @@
  *   boot_probe stall                  the last rank joins, sleeps 3 s, exits;
  *                                     the others' allgather must time out
  *                                     (run with MPIV_BOOT_TIMEOUT=1).
+ *   boot_probe flood [METHOD [SIZE]]  before joining, start a child that holds
+ *                                     FLOOD_CONNS idle connections to the
+ *                                     exchange (reopening any it loses, up to
+ *                                     FLOOD_MAX in all); then as check.
  *   boot_probe secret-scan            join; once every rank has joined (so
  *                                     every launcher is up), look for the
  *                                     job secret in each process's
@@ -34,8 +38,10 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +144,70 @@ static void send_garbage(void)
         FAIL("the exchange did not close a junk connection");
     close(fd);
     printf("boot_probe: junk connection closed\n");
+}
+
+#define FLOOD_CONNS 64
+#define FLOOD_MAX 4000
+
+static int connect_boot_addr(void)
+{
+    const char *addr = getenv("MPIV_BOOT_ADDR");
+    char host[64];
+    int port;
+    if (!addr || sscanf(addr, "%63[^:]:%d", host, &port) != 2)
+        return -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* A child that holds FLOOD_CONNS connections to the exchange open without
+ * saying anything, as someone who wants to deny it would; returns once
+ * they are all open. */
+static pid_t start_flood(void)
+{
+    int ready[2];
+    if (pipe(ready) != 0)
+        FAIL("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        FAIL("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(ready[0]);
+        struct pollfd p[FLOOD_CONNS];
+        int opened = 0;
+        for (int i = 0; i < FLOOD_CONNS; i++, opened++)
+            if ((p[i].fd = connect_boot_addr()) < 0)
+                _exit(3);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(3);
+        close(ready[1]);
+        for (;;) {
+            for (int i = 0; i < FLOOD_CONNS; i++)
+                p[i].events = POLLIN;
+            if (poll(p, FLOOD_CONNS, -1) < 0)
+                continue;
+            for (int i = 0; i < FLOOD_CONNS; i++) {
+                char buf[64];
+                if (p[i].fd < 0 || !p[i].revents || read(p[i].fd, buf, sizeof buf) > 0)
+                    continue;
+                close(p[i].fd); /* closed on us: come back at once */
+                p[i].fd = opened++ < FLOOD_MAX ? connect_boot_addr() : -1;
+            }
+        }
+    }
+    close(ready[1]);
+    char c;
+    if (read(ready[0], &c, 1) != 1)
+        FAIL("the flood could not connect to the exchange");
+    close(ready[0]);
+    return pid;
 }
 
 /* 1 if /proc/<pid>/<file> is readable by other users and holds `secret`. */
@@ -263,6 +333,13 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "stall") == 0)
         return leave_early(LEAVE_STALL);
+    if (strcmp(mode, "flood") == 0) {
+        pid_t flood = start_flood();
+        int rc = check(argc, argv);
+        kill(flood, SIGKILL);
+        waitpid(flood, NULL, 0);
+        return rc;
+    }
     if (strcmp(mode, "secret-scan") == 0)
         return secret_scan();
     fprintf(stderr, "boot_probe: unknown mode %s\n", mode);
