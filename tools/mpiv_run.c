@@ -109,7 +109,8 @@ static void print_help(void)
         "  -H, --hosts H1,H2,... run ranks on these hosts (a host may be repeated to\n"
         "                        give it more slots). Each rank is started through the\n"
         "                        launcher template (default 'ssh -T -o BatchMode=yes\n"
-        "                        {host}'). Without -H every rank runs here (fork/exec).\n"
+        "                        -o ConnectTimeout=T {host}', T = MPIV_BOOT_TIMEOUT).\n"
+        "                        Without -H every rank runs here (fork/exec).\n"
         "      --map-by rr|block how ranks are spread over the -H list: rr (default)\n"
         "                        gives rank r host r mod H; block gives each host\n"
         "                        ceil(N/H) consecutive ranks.\n"
@@ -161,7 +162,12 @@ static void print_help(void)
         "alone is rank 0 of 1.\n"
         "Variables the bootstrap reads:\n"
         "  MPIV_BOOT_TIMEOUT     integer 1..86400, default 60: seconds a rank waits\n"
-        "                        for one step of the exchange before failing\n"
+        "                        for one step of the exchange before failing. mpiv_run\n"
+        "                        reads it too (from -x or its environment): a rank that\n"
+        "                        has not joined this long after it was started, while\n"
+        "                        others have, ends the job with a message naming it\n"
+        "                        and its host; so does a rank that exits before joining\n"
+        "                        while others have joined.\n"
         "\n",
         MPIV_RANK_MAX + 1, EXIT_TIMEOUT, KILL_GRACE_MS);
     util_config_help(stdout);
@@ -344,6 +350,7 @@ struct rank {
     int joined;   /* it presented the secret: it is part of the job       */
     int said_bye; /* it left the job through mpiv_finalize (BYE)          */
     int released; /* we told it the exchange failed: it may exit anyhow   */
+    uint64_t spawned_at; /* when we started it, 0: not yet */
     struct stream out, err;
 };
 
@@ -501,7 +508,8 @@ static int nhellos;
 static struct client **client_of_rank; /* joined connections */
 static struct client *graveyard; /* dropped, not yet freed */
 static int npending;
-static int njoined;          /* ranks that have ever joined */         /* joined connections with a GATHER waiting */
+static int njoined;          /* ranks that have ever joined */
+static void startup_check_exits(void);         /* joined connections with a GATHER waiting */
 static int bye_rank = -1;    /* the first rank that left with BYE, -1: none */
 static int kvs_broken;       /* a rank left; every gather now fails */
 static char kvs_why[256];
@@ -832,6 +840,7 @@ static int client_parse(struct client *c)
             client_of_rank[rank] = c;
             ranks[rank].joined = 1;
             njoined++;
+            startup_check_exits();
             memmove(c->in, c->in + fixed + slen, c->in_used - fixed - slen);
             c->in_used -= fixed + slen;
             uint32_t ack = htonl(BOOT_ST_OK);
@@ -996,6 +1005,9 @@ static void kvs_accept(int lfd)
 /* ---------------------------------------------------------------------- */
 
 static sigset_t handled_signals, old_mask;
+/* ssh gives up on a host that does not answer within the bootstrap's
+ * timeout instead of trying for minutes */
+static char ssh_template[96];
 static char boot_addr_default[128]; /* host:port of the exchange for local ranks */
 static char **boot_addr_of; /* per -H host: the host:port it connects to */
 
@@ -1127,7 +1139,7 @@ static const char *read_secret_sh(int r)
  * shell-quoted word that also changes to our directory. */
 static char **launcher_argv(int r)
 {
-    const char *tmpl = opt.launcher ? opt.launcher : "ssh -T -o BatchMode=yes {host}";
+    const char *tmpl = opt.launcher ? opt.launcher : ssh_template;
     const char *host = ranks[r].host >= 0 ? opt.hosts[ranks[r].host] : "localhost";
     char **env = rank_env(r, 1);
     size_t nenv = 0, nargs = 0, nwords = 0;
@@ -1243,6 +1255,7 @@ static void spawn_rank(int r)
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     ranks[r].pid = pid;
     ranks[r].alive = 1;
+    ranks[r].spawned_at = util_now_ns();
     ranks[r].out.fd = out[0];
     ranks[r].out.out_fd = 1;
     ranks[r].err.fd = err[0];
@@ -1257,6 +1270,10 @@ static int exit_code;          /* first failure's status, 0 so far */
 static int terminating;        /* ranks have been told to stop */
 static uint64_t kill_at_ns;    /* when survivors get SIGKILL; 0: not armed */
 static int killed_hard;
+static int boot_timeout_s;     /* MPIV_BOOT_TIMEOUT, as the ranks see it */
+static int unjoined_exit = -1; /* the first rank that exited 0 without joining */
+static int first_unjoined;     /* no rank below it is still to join */
+#define STARTUP_GRACE_NS 1000000000ull
 
 static void signal_all(int sig)
 {
@@ -1272,6 +1289,64 @@ static void terminate_job(int sig)
         kill_at_ns = util_now_ns() + (uint64_t)KILL_GRACE_MS * 1000000ull;
     }
     signal_all(sig);
+}
+
+static const char *host_of(int r)
+{
+    return ranks[r].host >= 0 ? opt.hosts[ranks[r].host] : "localhost";
+}
+
+/* Start-up cannot complete because of rank r: says so, fails the pending
+ * exchanges of the ranks that joined (with the same reason) and ends the
+ * job, so that nobody waits out MPIV_BOOT_TIMEOUT and nobody else is
+ * blamed for the timeouts that would follow. */
+static void startup_failed(int r, const char *fmt, ...) UTIL_PRINTF(2, 3);
+static void startup_failed(int r, const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "%s: rank %d (pid %d, host %s) %s; terminating the job\n", prog_name, r,
+            (int)ranks[r].pid, host_of(r), why);
+    kvs_break("rank %d %s", r, why);
+    if (!exit_code)
+        exit_code = EXIT_RUNTIME;
+    terminate_job(SIGTERM);
+}
+
+/* A rank that exited with status 0 without joining is fine while nobody
+ * joins (a program that is not an MPIv program), but once any rank has
+ * joined, that one waits for it in vain. */
+static void startup_check_exits(void)
+{
+    if (unjoined_exit >= 0 && njoined > 0 && !terminating)
+        startup_failed(unjoined_exit, "exited with status 0 before joining the job (before "
+                                      "mpiv_init), while other ranks joined it");
+}
+
+/* A rank that has not joined MPIV_BOOT_TIMEOUT seconds after we started it,
+ * while others have joined and wait for it (a host that does not answer, a
+ * launcher that hangs), ends the job, naming it and its host. `now` may be
+ * ahead of the clock (a grace). Returns when to look again. */
+static uint64_t startup_check_deadline(uint64_t now)
+{
+    while (first_unjoined < nranks &&
+           (ranks[first_unjoined].joined || (ranks[first_unjoined].spawned_at &&
+                                              !ranks[first_unjoined].alive)))
+        first_unjoined++;
+    if (terminating || first_unjoined == nranks || !ranks[first_unjoined].spawned_at)
+        return UINT64_MAX;
+    uint64_t due = ranks[first_unjoined].spawned_at + (uint64_t)boot_timeout_s * 1000000000ull;
+    if (now < due || njoined == 0)
+        return due;
+    startup_failed(first_unjoined,
+                   "has not joined the job %d s after it was started (MPIV_BOOT_TIMEOUT), while "
+                   "other ranks wait for it: is host %s reachable, and does its launcher work?",
+                   boot_timeout_s, host_of(first_unjoined));
+    return UINT64_MAX;
 }
 
 static int status_code(int st)
@@ -1302,6 +1377,15 @@ static void rank_exited(int r, int st)
         client_read(client_of_rank[r]);
     }
     int bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* A rank that joined and fails just as another's start-up deadline
+     * comes most likely gave up waiting for that one: blame the one that
+     * never joined. */
+    if (ranks[r].joined && bad)
+        startup_check_deadline(util_now_ns() + STARTUP_GRACE_NS);
+    if (!ranks[r].joined && !bad && unjoined_exit < 0) {
+        unjoined_exit = r;
+        startup_check_exits();
+    }
     /* Joined the job but never left it with mpiv_finalize's BYE (nor was
      * told by us that the exchange failed): its peers may be waiting for
      * messages that will never come, so even a status of 0 ends the job (as
@@ -1312,7 +1396,7 @@ static void rank_exited(int r, int st)
         if (client_of_rank[r])
             client_drop(client_of_rank[r]);
         kvs_break("rank %d exited without calling mpiv_finalize", r);
-    } else if (!ranks[r].said_bye && (bad || njoined)) {
+    } else if (!ranks[r].said_bye && bad) {
         kvs_break("rank %d exited before joining the exchange", r);
     }
     if ((!bad && !unfinished) || terminating)
@@ -1388,6 +1472,9 @@ static int run_loop(int sfd)
         }
 
         uint64_t wake = kvs_expire(now);
+        uint64_t due = startup_check_deadline(now);
+        if (due < wake)
+            wake = due;
         if (deadline && !timed_out && deadline < wake)
             wake = deadline;
         if (kill_at_ns && !killed_hard && kill_at_ns < wake)
@@ -1511,6 +1598,16 @@ int main(int argc, char **argv)
     }
     if (!opt.launcher && !opt.hosts)
         check_program(opt.argv[0]);
+    /* the ranks' MPIV_BOOT_TIMEOUT: -x's value wins over ours, as in them */
+    for (int i = 0; i < opt.nx; i++)
+        if (strncmp(opt.xvars[i], "MPIV_BOOT_TIMEOUT=", 18) == 0)
+            setenv("MPIV_BOOT_TIMEOUT", opt.xvars[i] + 18, 1);
+    int64_t bt;
+    if (util_config_int("MPIV_BOOT_TIMEOUT", &bt) != MPIV_SUCCESS)
+        usage_error("%s", mpiv_error_detail());
+    boot_timeout_s = (int)bt;
+    snprintf(ssh_template, sizeof ssh_template,
+             "ssh -T -o BatchMode=yes -o ConnectTimeout=%d {host}", boot_timeout_s);
     ranks = calloc((size_t)nranks, sizeof *ranks);
     client_of_rank = calloc((size_t)nranks, sizeof *client_of_rank);
     if (!ranks || !client_of_rank) {

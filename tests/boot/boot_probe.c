@@ -25,6 +25,8 @@
  *                                     FLOOD_CONNS idle connections to the
  *                                     exchange (reopening any it loses, up to
  *                                     FLOOD_MAX in all); then as check.
+ *   boot_probe exit-before-init [M [N]] the last rank exits 0 without joining;
+ *                                     the others as check (which fails).
  *   boot_probe secret-scan            join; once every rank has joined (so
  *                                     every launcher is up), look for the
  *                                     job secret in each process's
@@ -339,6 +341,12 @@ int main(int argc, char **argv)
         kill(flood, SIGKILL);
         waitpid(flood, NULL, 0);
         return rc;
+    }
+    if (strcmp(mode, "exit-before-init") == 0) {
+        const char *r = getenv("MPIV_RANK"), *n = getenv("MPIV_SIZE");
+        if (r && n && atoi(r) == atoi(n) - 1)
+            return 0;
+        return check(argc, argv);
     }
     if (strcmp(mode, "secret-scan") == 0)
         return secret_scan();

@@ -413,6 +413,49 @@ START_TEST(launcher_without_stdin_is_explained)
 }
 END_TEST
 
+/* Rank 3 of 4 exits with status 0 without joining while the others join
+ * and wait for it: the job ends at once (not after MPIV_BOOT_TIMEOUT, 60 s
+ * here), naming rank 3, and no other rank is blamed. */
+START_TEST(rank_exiting_before_init_is_named)
+{
+    struct run_result r = RUN("-n", "4", BOOT_PROBE, "exit-before-init");
+    EXPECT_CODE(r, 1);
+    EXPECT_OUT(r, "mpiv_run: rank 3 (pid ");
+    EXPECT_OUT(r, "exited with status 0 before joining the job (before mpiv_init), while other "
+                  "ranks joined it; terminating the job");
+    ck_assert_msg(count_str(r.out, "terminating the job") == 1, "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
+/* A launcher that hangs for one host (as ssh to a host that never answers
+ * would): the job ends once that rank is MPIV_BOOT_TIMEOUT late, naming it
+ * and its host, and blames nobody else. */
+START_TEST(host_that_never_answers_is_named)
+{
+    char dir[] = "/tmp/mpiv_hang_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char launcher[64], tmpl[96];
+    snprintf(launcher, sizeof launcher, "%s/hang-for-dead", dir);
+    FILE *f = fopen(launcher, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n[ \"$1\" = dead ] && exec sleep 600\nshift\nexec \"$@\"\n", f);
+    fclose(f);
+    chmod(launcher, 0755);
+    snprintf(tmpl, sizeof tmpl, "%s {host}", launcher);
+    struct run_result r = RUN("-n", "3", "-H", "live,dead", "--launcher", tmpl, "-x",
+                              "MPIV_BOOT_TIMEOUT=2", BOOT_PROBE, "check");
+    EXPECT_CODE(r, 1);
+    EXPECT_OUT(r, "mpiv_run: rank 1 (pid ");
+    EXPECT_OUT(r, "host dead) has not joined the job 2 s after it was started "
+                  "(MPIV_BOOT_TIMEOUT), while other ranks wait for it: is host dead reachable");
+    ck_assert_msg(count_str(r.out, "terminating the job") == 1, "%s", r.out);
+    free(r.out);
+    unlink(launcher);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -474,6 +517,8 @@ static Suite *run_suite(void)
     tcase_add_test(tc, launcher_job_joins_the_exchange);
     tcase_add_test(tc, ssh_launcher_quotes_the_command);
     tcase_add_test(tc, secret_is_on_no_command_line);
+    tcase_add_test(tc, rank_exiting_before_init_is_named);
+    tcase_add_test(tc, host_that_never_answers_is_named);
     tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
