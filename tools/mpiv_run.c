@@ -23,7 +23,9 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
@@ -155,6 +157,9 @@ static void print_help(void)
         "  MPIV_BOOT_ADDR        host:port of mpiv_run's key-value exchange\n"
         "  MPIV_JOB_SECRET       random per-job secret presented to the exchange\n"
         "  MPIV_RANK, MPIV_SIZE  the rank and the number of ranks\n"
+        "  MPIV_JOB_KEY          random per-job key naming the job's shm segments\n"
+        "                        (mpiv_run removes those a killed rank left, and\n"
+        "                        libfabric's /dev/shm/<pid>:* of ranks it forked)\n"
         "  MPIV_LOCAL_RANK, MPIV_LOCAL_SIZE  index of the rank among the ranks of\n"
         "                        its host, and their number\n"
         "A program started by mpiv_run joins the job through MPIV_BOOT_ADDR; one\n"
@@ -503,6 +508,7 @@ struct listener {
 static struct listener listeners[MAX_LISTENERS];
 static int nlisteners;
 static char job_secret[BOOT_SECRET_HEX + 1];
+static uint64_t job_key; /* MPIV_JOB_KEY: names what ranks leave in /dev/shm */
 static struct client *hellos; /* connections still in CL_HELLO, newest first */
 static int nhellos;
 static struct client **client_of_rank; /* joined connections */
@@ -516,7 +522,7 @@ static char kvs_why[256];
 
 static void make_secret(void)
 {
-    unsigned char raw[BOOT_SECRET_BYTES];
+    unsigned char raw[BOOT_SECRET_BYTES + sizeof job_key];
     size_t got = 0;
     while (got < sizeof raw) {
         ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
@@ -528,8 +534,11 @@ static void make_secret(void)
         }
         got += (size_t)n;
     }
-    for (size_t i = 0; i < sizeof raw; i++)
+    for (size_t i = 0; i < BOOT_SECRET_BYTES; i++)
         snprintf(job_secret + 2 * i, 3, "%02x", raw[i]);
+    memcpy(&job_key, raw + BOOT_SECRET_BYTES, sizeof job_key);
+    if (!job_key)
+        job_key = 1; /* 0 means "none" to the ranks */
 }
 
 /* Compares in time that depends only on the expected length, so a client
@@ -1064,7 +1073,7 @@ static char **rank_env(int r, int all_mpiv)
     char **v = keep(calloc(cap, sizeof *v));
     size_t n = 0;
     const char *addr = ranks[r].host >= 0 ? boot_addr_of[ranks[r].host] : boot_addr_default;
-    static const char *ours[] = {"MPIV_BOOT_ADDR=", "MPIV_JOB_SECRET=", "MPIV_RANK=",
+    static const char *ours[] = {"MPIV_BOOT_ADDR=", "MPIV_JOB_SECRET=", "MPIV_JOB_KEY=", "MPIV_RANK=",
                                  "MPIV_SIZE=", "MPIV_LOCAL_RANK=", "MPIV_LOCAL_SIZE="};
     if (all_mpiv) {
         for (char **e = environ; *e; e++) {
@@ -1089,6 +1098,7 @@ static char **rank_env(int r, int all_mpiv)
     }
     v[n++] = xasprintf("MPIV_BOOT_ADDR=%s", addr);
     v[n++] = xasprintf("MPIV_JOB_SECRET=%s", job_secret);
+    v[n++] = xasprintf("MPIV_JOB_KEY=%016" PRIx64, job_key);
     v[n++] = xasprintf("MPIV_RANK=%d", r);
     v[n++] = xasprintf("MPIV_SIZE=%d", nranks);
     v[n++] = xasprintf("MPIV_LOCAL_RANK=%d", ranks[r].local_rank);
@@ -1435,6 +1445,59 @@ static int reap(void)
     return alive;
 }
 
+/* Removes what killed ranks left in /dev/shm, once every rank is gone:
+ * MPIv's shm segments are named after the job key (the ranks unlink them
+ * as soon as all have mapped them, so only a rank killed during start-up
+ * leaves one), and libfabric's shm provider names its files after the
+ * process id ("<pid>:..."), which we know for the ranks we forked here
+ * (through a launcher we do not). Only our own files, and never one whose
+ * pid is alive again. */
+static int pid_cmp(const void *a, const void *b)
+{
+    pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void clean_dev_shm(void)
+{
+    int dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    pid_t *pids = NULL;
+    int npids = 0;
+    if (!opt.launcher && !opt.hosts && (pids = malloc((size_t)nranks * sizeof *pids))) {
+        for (int r = 0; r < nranks; r++)
+            if (ranks[r].pid > 0)
+                pids[npids++] = ranks[r].pid;
+        qsort(pids, (size_t)npids, sizeof *pids, pid_cmp);
+    }
+    char ours[32];
+    int ol = snprintf(ours, sizeof ours, "mpiv-%016" PRIx64 "-", job_key);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *n = e->d_name;
+        int take = strncmp(n, ours, (size_t)ol) == 0;
+        if (!take && npids && isdigit((unsigned char)n[0])) {
+            char *end;
+            long pid = strtol(n, &end, 10);
+            pid_t p = (pid_t)pid;
+            take = *end == ':' && pid > 0 && pid <= INT_MAX &&
+                   bsearch(&p, pids, (size_t)npids, sizeof p, pid_cmp) &&
+                   kill(p, 0) != 0 && errno == ESRCH;
+        }
+        struct stat st;
+        if (take && fstatat(dfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_uid == geteuid())
+            unlinkat(dfd, n, 0);
+    }
+    closedir(d);
+    free(pids);
+}
+
 static int run_loop(int sfd)
 {
     uint64_t deadline = opt.timeout_s ? util_now_ns() + (uint64_t)opt.timeout_s * 1000000000ull
@@ -1574,6 +1637,7 @@ static int run_loop(int sfd)
     /* Every rank has exited; whatever they started in their process groups
      * goes too, so the job leaves nothing behind. */
     signal_all(SIGKILL);
+    clean_dev_shm();
     free(pfd);
     free(what);
     if (timed_out)

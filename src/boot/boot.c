@@ -7,6 +7,7 @@
  * Order matters: mpiv_run's variables win over PMIx's, so that mpiv_run
  * started from inside an srun or mpirun job still runs its own job.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,25 @@ static void boot_leave(bool graceful)
 void boot_finalize(void) { boot_leave(true); }
 
 void boot_abandon(void) { boot_leave(false); }
+
+int boot_job_key(uint64_t *key)
+{
+    *key = 0;
+    const char *s = getenv("MPIV_JOB_KEY");
+    if (!s || !*s)
+        return MPIV_SUCCESS;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < 16 && isxdigit((unsigned char)s[i]); i++)
+        v = v << 4 | (uint64_t)(isdigit((unsigned char)s[i]) ? s[i] - '0'
+                                                            : (tolower((unsigned char)s[i]) - 'a' + 10));
+    if (i != 16 || s[i] != '\0' || v == 0)
+        return util_err(MPIV_ERR_BOOTSTRAP,
+                        "bootstrap: MPIV_JOB_KEY=%s: expected 16 hex digits, not all 0 (mpiv_run "
+                        "sets it)", s);
+    *key = v;
+    return MPIV_SUCCESS;
+}
 
 const char *boot_method_name(void)
 {

@@ -20,6 +20,7 @@
 #define MPIV_BOOT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/util.h"
 
@@ -38,5 +39,11 @@ void boot_finalize(void);
 void boot_abandon(void);
 /* "mpiv_run", "pmix" or "singleton"; "none" before boot_init. */
 const char *boot_method_name(void);
+/* The job's key, when the launcher chose one (mpiv_run's MPIV_JOB_KEY, 16
+ * hex digits, never 0): names of things a rank leaves on the host (shm
+ * segments) carry it, so that the launcher can remove what a killed rank
+ * left. *key is 0 when there is none; MPIV_ERR_BOOTSTRAP when the variable
+ * is malformed. */
+int boot_job_key(uint64_t *key);
 
 #endif

@@ -27,6 +27,12 @@
  *                                     FLOOD_MAX in all); then as check.
  *   boot_probe exit-before-init [M [N]] the last rank exits 0 without joining;
  *                                     the others as check (which fails).
+ *   boot_probe leave-shm              join; the last rank then creates the
+ *                                     files a rank killed during start-up
+ *                                     may leave (/dev/shm/mpiv-<job key>-<r>,
+ *                                     libfabric's /dev/shm/<pid>:0:0), prints
+ *                                     their names and kills itself (SIGKILL);
+ *                                     the others wait in an allgather.
  *   boot_probe secret-scan            join; once every rank has joined (so
  *                                     every launcher is up), look for the
  *                                     job secret in each process's
@@ -276,6 +282,42 @@ static int secret_scan(void)
     return 0;
 }
 
+static void make_shm_file(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0)
+        FAIL("cannot create %s", path);
+    close(fd);
+    printf("boot_probe: left /dev/shm/%s\n", name);
+}
+
+static int leave_shm(void)
+{
+    int rank, size;
+    if (boot_init(&rank, &size))
+        FAIL("boot_init failed");
+    if (rank == size - 1) {
+        const char *key = getenv("MPIV_JOB_KEY");
+        if (!key)
+            FAIL("no MPIV_JOB_KEY");
+        char name[96];
+        snprintf(name, sizeof name, "mpiv-%s-%d", key, rank);
+        make_shm_file(name);
+        snprintf(name, sizeof name, "%d:0:0", (int)getpid());
+        make_shm_file(name);
+        raise(SIGKILL);
+    }
+    char c = 'x', all[64];
+    if (size > (int)sizeof all)
+        FAIL("size %d too large for this test", size);
+    if (boot_allgather(&c, 1, all) != MPIV_ERR_BOOTSTRAP)
+        FAIL("rank %d: allgather without the last rank did not fail", rank);
+    boot_finalize();
+    return 0;
+}
+
 enum leave { LEAVE_EXIT, LEAVE_KILL, LEAVE_STALL, LEAVE_BYE };
 
 static int leave_early(enum leave how)
@@ -348,6 +390,8 @@ int main(int argc, char **argv)
             return 0;
         return check(argc, argv);
     }
+    if (strcmp(mode, "leave-shm") == 0)
+        return leave_shm();
     if (strcmp(mode, "secret-scan") == 0)
         return secret_scan();
     fprintf(stderr, "boot_probe: unknown mode %s\n", mode);

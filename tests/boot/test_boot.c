@@ -100,6 +100,26 @@ START_TEST(missing_variables_are_explained)
 }
 END_TEST
 
+START_TEST(job_key_is_checked)
+{
+    uint64_t key = 1;
+    unsetenv("MPIV_JOB_KEY");
+    ck_assert_int_eq(boot_job_key(&key), MPIV_SUCCESS);
+    ck_assert_uint_eq(key, 0);
+    setenv("MPIV_JOB_KEY", "00000000000000aF", 1);
+    ck_assert_int_eq(boot_job_key(&key), MPIV_SUCCESS);
+    ck_assert_uint_eq(key, 0xaf);
+    static const char *bad[] = {"0000000000000000", "123", "00000000000000afx",
+                                "g000000000000000", " 000000000000001"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("MPIV_JOB_KEY", bad[i], 1);
+        ck_assert_int_eq(boot_job_key(&key), MPIV_ERR_BOOTSTRAP);
+        ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "MPIV_JOB_KEY="));
+    }
+    unsetenv("MPIV_JOB_KEY");
+}
+END_TEST
+
 /* Nobody listens: the rank retries until MPIV_BOOT_TIMEOUT, then fails. */
 START_TEST(unreachable_exchange_times_out)
 {
@@ -324,6 +344,7 @@ static Suite *boot_suite(void)
     TCase *unit = tcase_create("in process");
     tcase_add_test(unit, singleton_is_rank_0_of_1);
     tcase_add_test(unit, missing_variables_are_explained);
+    tcase_add_test(unit, job_key_is_checked);
     tcase_add_test(unit, unreachable_exchange_times_out);
     tcase_add_test(unit, silent_exchange_times_out);
     suite_add_tcase(s, unit);

@@ -456,6 +456,67 @@ START_TEST(host_that_never_answers_is_named)
 }
 END_TEST
 
+/* Every "left /dev/shm/NAME" line of out must name a file that is gone. */
+static void expect_shm_gone(const char *out, int want)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "left /dev/shm/")); n++) {
+        p += strlen("left ");
+        char path[128];
+        size_t l = strcspn(p, "\n");
+        snprintf(path, sizeof path, "%.*s", (int)l, p);
+        ck_assert_msg(access(path, F_OK) != 0, "%s is still there:\n%s", path, out);
+        unlink(path);
+    }
+    ck_assert_msg(n == want, "%d files reported, expected %d:\n%s", n, want, out);
+}
+
+/* A rank killed during start-up leaves its shm segment and libfabric's
+ * file behind: mpiv_run removes them (and nothing that is not the job's:
+ * a file named after a live pid stays). */
+START_TEST(killed_rank_leaves_nothing_in_dev_shm)
+{
+    char keep[64];
+    snprintf(keep, sizeof keep, "/dev/shm/%d:0:0", (int)getpid());
+    int fd = open(keep, O_RDWR | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    struct run_result r = RUN("-n", "3", BOOT_PROBE, "leave-shm");
+    EXPECT_CODE(r, 128 + SIGKILL);
+    EXPECT_OUT(r, "rank 2 (pid ");
+    expect_shm_gone(r.out, 2);
+    ck_assert_msg(access(keep, F_OK) == 0, "mpiv_run removed %s", keep);
+    unlink(keep);
+    free(r.out);
+}
+END_TEST
+
+/* The same with the real library over libfabric: the rank killed after
+ * mpiv_init leaves /dev/shm/<pid>:*, the others are ended by mpiv_run. */
+START_TEST(killed_ofi_rank_leaves_nothing_in_dev_shm)
+{
+    struct run_result r = RUN("-n", "2", "-x", "MPIV_NET=ofi", INIT_PROBE, "kill-after-init");
+    EXPECT_CODE(r, 128 + SIGKILL);
+    int n = 0;
+    for (const char *p = r.out; (p = strstr(p, "pid=")); n++) {
+        int pid = atoi(p + 4);
+        p += 4;
+        DIR *d = opendir("/dev/shm");
+        ck_assert_ptr_nonnull(d);
+        struct dirent *e;
+        char prefix[32];
+        int pl = snprintf(prefix, sizeof prefix, "%d:", pid);
+        while ((e = readdir(d)))
+            ck_assert_msg(strncmp(e->d_name, prefix, (size_t)pl) != 0,
+                          "/dev/shm/%s of rank pid %d is still there:\n%s", e->d_name, pid,
+                          r.out);
+        closedir(d);
+    }
+    ck_assert_msg(n == 2, "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -519,6 +580,8 @@ static Suite *run_suite(void)
     tcase_add_test(tc, secret_is_on_no_command_line);
     tcase_add_test(tc, rank_exiting_before_init_is_named);
     tcase_add_test(tc, host_that_never_answers_is_named);
+    tcase_add_test(tc, killed_rank_leaves_nothing_in_dev_shm);
+    tcase_add_test(tc, killed_ofi_rank_leaves_nothing_in_dev_shm);
     tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
