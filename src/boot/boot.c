@@ -15,6 +15,7 @@
 #include "boot_int.h"
 
 static const struct boot_method *method;
+static int my_rank, my_size;
 
 static int single_init(int *rank, int *size)
 {
@@ -71,6 +72,8 @@ int boot_init(int *rank, int *size)
     if (rc != MPIV_SUCCESS)
         return rc;
     method = m;
+    my_rank = *rank;
+    my_size = *size;
     util_log_set_rank(*rank);
     util_log_debug("bootstrap: rank %d of %d through %s", *rank, *size, m->name);
     return MPIV_SUCCESS;
@@ -103,6 +106,15 @@ static void boot_leave(bool graceful)
 void boot_finalize(void) { boot_leave(true); }
 
 void boot_abandon(void) { boot_leave(false); }
+
+int boot_whoami(int *rank, int *size)
+{
+    if (!method)
+        return MPIV_ERR_STATE;
+    *rank = my_rank;
+    *size = my_size;
+    return MPIV_SUCCESS;
+}
 
 int boot_job_key(uint64_t *key)
 {

@@ -39,6 +39,14 @@ void boot_finalize(void);
 void boot_abandon(void);
 /* "mpiv_run", "pmix" or "singleton"; "none" before boot_init. */
 const char *boot_method_name(void);
+/* This rank and the job's size, once joined; MPIV_ERR_STATE before. */
+int boot_whoami(int *rank, int *size);
+/* Checks that every rank has the same settings where ranks must agree
+ * (MPIV_PACKET_SIZE, MPIV_EAGER_LIMIT, MPIV_NET, MPIV_OFI_PROVIDER).
+ * Collective, right after boot_init. When they differ, every rank returns
+ * MPIV_ERR_CONFIG with a detail naming the setting and two ranks' values,
+ * e.g. "MPIV_PACKET_SIZE differs: rank 0 has 8192, rank 1 has 4096". */
+int boot_check_shared(const struct util_config *cfg);
 /* The job's key, when the launcher chose one (mpiv_run's MPIV_JOB_KEY, 16
  * hex digits, never 0): names of things a rank leaves on the host (shm
  * segments) carry it, so that the launcher can remove what a killed rank

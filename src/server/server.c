@@ -634,6 +634,8 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     int rc = boot_init(&srv_g.rank, &srv_g.size);
     if (rc)
         return rc;
+    if ((rc = boot_check_shared(cfg)))
+        goto fail_boot;
     util_log_set_rank(srv_g.rank);
     if ((rc = pick_backend()))
         goto fail_boot;

@@ -33,6 +33,10 @@
  *                                     libfabric's /dev/shm/<pid>:0:0), prints
  *                                     their names and kills itself (SIGKILL);
  *                                     the others wait in an allgather.
+ *   boot_probe shared VAR V0 V1 ...   rank r sets VAR=Vr, then joins and runs
+ *                                     boot_check_shared: prints "shared ok"
+ *                                     or "shared refused: <detail>" (exit 0
+ *                                     either way, 1 on any other error).
  *   boot_probe secret-scan            join; once every rank has joined (so
  *                                     every launcher is up), look for the
  *                                     job secret in each process's
@@ -282,6 +286,30 @@ static int secret_scan(void)
     return 0;
 }
 
+static int shared(int argc, char **argv)
+{
+    const char *rs = getenv("MPIV_RANK"), *ns = getenv("MPIV_SIZE");
+    int r = rs ? atoi(rs) : 0, n = ns ? atoi(ns) : 1;
+    if (argc < 3 + n)
+        FAIL("shared: need VAR and one value per rank");
+    setenv(argv[2], argv[3 + r], 1);
+    struct util_config cfg;
+    if (util_config_load(&cfg))
+        FAIL("rank %d: util_config_load", r);
+    int rank, size;
+    if (boot_init(&rank, &size))
+        FAIL("boot_init failed");
+    int rc = boot_check_shared(&cfg);
+    if (rc == MPIV_SUCCESS)
+        printf("boot_probe: rank %d: shared ok\n", rank);
+    else if (rc == MPIV_ERR_CONFIG)
+        printf("boot_probe: rank %d: shared refused: %s\n", rank, mpiv_error_detail());
+    else
+        FAIL("rank %d: boot_check_shared gave %d", rank, rc);
+    boot_finalize();
+    return 0;
+}
+
 static void make_shm_file(const char *name)
 {
     char path[128];
@@ -390,6 +418,8 @@ int main(int argc, char **argv)
             return 0;
         return check(argc, argv);
     }
+    if (strcmp(mode, "shared") == 0)
+        return shared(argc, argv);
     if (strcmp(mode, "leave-shm") == 0)
         return leave_shm();
     if (strcmp(mode, "secret-scan") == 0)

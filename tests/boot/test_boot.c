@@ -227,6 +227,50 @@ START_TEST(idle_connections_do_not_deny_the_exchange)
 }
 END_TEST
 
+/* n ranks of boot_probe shared VAR vals...; the output. */
+static char *shared_job(int n, const char *var, const char *const *vals)
+{
+    char ns[16];
+    snprintf(ns, sizeof ns, "%d", n);
+    char *argv[16] = {MPIV_RUN, "-n", ns, BOOT_PROBE, "shared", (char *)var};
+    for (int i = 0; i < n; i++)
+        argv[6 + i] = (char *)vals[i];
+    argv[6 + n] = NULL;
+    struct run_result r = run_cmd(argv, 25);
+    ck_assert_msg(run_code(&r) == 0, "exit %d:\n%s", run_code(&r), r.out);
+    return r.out;
+}
+
+/* Every shared setting that differs is named with both values, on every
+ * rank; equal ones (however spelt) pass. */
+START_TEST(shared_settings_must_match)
+{
+    static const struct {
+        const char *var, *vals[3], *want;
+    } cases[] = {
+        {"MPIV_PACKET_SIZE", {"8192", "4096", "8192"},
+         "MPIV_PACKET_SIZE differs: rank 0 has 8192, rank 1 has 4096"},
+        {"MPIV_PACKET_SIZE", {"8K", "8192", "16K"},
+         "MPIV_PACKET_SIZE differs: rank 0 has 8192, rank 2 has 16384"},
+        {"MPIV_EAGER_LIMIT", {"1024", "1024", "2048"},
+         "MPIV_EAGER_LIMIT differs: rank 0 has 1024, rank 2 has 2048"},
+        {"MPIV_NET", {"ofi", "shm", "ofi"}, "MPIV_NET differs: rank 0 has ofi, rank 1 has shm"},
+        {"MPIV_OFI_PROVIDER", {"tcp", "tcp", ""},
+         "MPIV_OFI_PROVIDER differs: rank 0 has tcp, rank 2 has (unset)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *out = shared_job(3, cases[i].var, cases[i].vals);
+        ck_assert_msg(count_str(out, cases[i].want) == 3, "want '%s' 3 times in:\n%s",
+                      cases[i].want, out);
+        free(out);
+    }
+    static const char *const same[] = {"4K", "4096", "4k"};
+    char *out = shared_job(3, "MPIV_PACKET_SIZE", same);
+    ck_assert_msg(count_str(out, "shared ok") == 3, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(junk_client_is_cut_off)
 {
     struct run_result r = run_job(2, "garbage", "mpiv_run");
@@ -357,6 +401,7 @@ static Suite *boot_suite(void)
     tcase_add_test(jobs, wrong_secret_is_refused);
     tcase_add_test(jobs, junk_client_is_cut_off);
     tcase_add_test(jobs, idle_connections_do_not_deny_the_exchange);
+    tcase_add_test(jobs, shared_settings_must_match);
     tcase_add_test(jobs, allgather_after_a_rank_left_fails);
     tcase_add_test(jobs, rank_leaving_early_fails_the_others);
     tcase_add_test(jobs, rank_killed_early_ends_the_job);

@@ -517,6 +517,26 @@ START_TEST(killed_ofi_rank_leaves_nothing_in_dev_shm)
 }
 END_TEST
 
+/* Two ranks with different MPIV_PACKET_SIZE: mpiv_init fails on both at
+ * once with MPIV_ERR_CONFIG naming the setting and both values (over ofi
+ * it used to report a false truncation and hang; over shm it failed with
+ * a guess). */
+static void packet_size_mismatch(char *net)
+{
+    struct run_result r = RUN("-n", "2", "-x", net, INIT_PROBE, "packet-size", "8192", "4096");
+    EXPECT_CODE(r, 0);
+    ck_assert_msg(count_str(r.out, "refused: MPIV_PACKET_SIZE differs: rank 0 has 8192, rank 1 "
+                                   "has 4096") == 2, "%s: %s", net, r.out);
+    free(r.out);
+}
+
+START_TEST(packet_size_mismatch_fails_every_rank)
+{
+    packet_size_mismatch("MPIV_NET=ofi");
+    packet_size_mismatch("MPIV_NET=shm");
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -582,6 +602,7 @@ static Suite *run_suite(void)
     tcase_add_test(tc, host_that_never_answers_is_named);
     tcase_add_test(tc, killed_rank_leaves_nothing_in_dev_shm);
     tcase_add_test(tc, killed_ofi_rank_leaves_nothing_in_dev_shm);
+    tcase_add_test(tc, packet_size_mismatch_fails_every_rank);
     tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
