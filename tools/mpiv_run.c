@@ -66,6 +66,7 @@
 #define HELLO_MS 2000     /* a connection must prove itself this fast */
 #define REFUSAL_LOG_MS 1000 /* at most one line about refusals per second */
 #define MAX_LISTENERS 64
+#define SPAWN_BATCH 32 /* ranks started per round of the event loop */
 #define BYE_WAIT_MS 2000 /* how long a reaped rank's BYE may lag its exit */
 
 static const char *prog_name = "mpiv_run";
@@ -342,6 +343,7 @@ static void check_program(const char *prog)
 struct stream {
     int fd; /* -1 once closed */
     int out_fd;
+    int rank;
     size_t used;
     char buf[LINE_MAX_BUF];
 };
@@ -363,6 +365,15 @@ static struct opts opt;
 static struct rank *ranks;
 static int nranks;
 
+/* Orders -H entries by name, then by position (so equal names keep the
+ * first one first). */
+static int host_cmp(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    int c = strcmp(opt.hosts[x], opt.hosts[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
 static void place_ranks(void)
 {
     int per_block = opt.nhosts ? (nranks + opt.nhosts - 1) / opt.nhosts : 0;
@@ -373,21 +384,35 @@ static void place_ranks(void)
             ranks[r].host = opt.map_block ? r / per_block : r % opt.nhosts;
     }
     /* Ranks share a host when their host names are equal (so "-H a,a" runs
-     * two ranks on a), or when both are local. */
-    for (int r = 0; r < nranks; r++) {
-        const char *hr = ranks[r].host < 0 ? "" : opt.hosts[ranks[r].host];
-        int lr = 0, ls = 0;
-        for (int q = 0; q < nranks; q++) {
-            const char *hq = ranks[q].host < 0 ? "" : opt.hosts[ranks[q].host];
-            if (strcmp(hr, hq) == 0) {
-                ls++;
-                if (q < r)
-                    lr++;
-            }
-        }
-        ranks[r].local_rank = lr;
-        ranks[r].local_size = ls;
+     * two ranks on a), or when both are local: each -H entry maps to the
+     * first entry with its name (found by sorting, not by comparing every
+     * pair: a -H list may be as long as the job). */
+    int nh = opt.hosts ? opt.nhosts : 1;
+    int *order = malloc((size_t)nh * sizeof *order), *same = malloc((size_t)nh * sizeof *same);
+    int *seen = calloc((size_t)nh, sizeof *seen), *count = calloc((size_t)nh, sizeof *count);
+    if (!order || !same || !seen || !count) {
+        fprintf(stderr, "%s: out of memory\n", prog_name);
+        exit(EXIT_RUNTIME);
     }
+    for (int h = 0; h < nh; h++)
+        order[h] = same[h] = h;
+    if (opt.hosts) {
+        qsort(order, (size_t)nh, sizeof *order, host_cmp);
+        for (int i = 1; i < nh; i++)
+            if (strcmp(opt.hosts[order[i]], opt.hosts[order[i - 1]]) == 0)
+                same[order[i]] = same[order[i - 1]];
+    }
+    for (int r = 0; r < nranks; r++)
+        count[same[ranks[r].host < 0 ? 0 : ranks[r].host]]++;
+    for (int r = 0; r < nranks; r++) {
+        int h = same[ranks[r].host < 0 ? 0 : ranks[r].host];
+        ranks[r].local_rank = seen[h]++;
+        ranks[r].local_size = count[h];
+    }
+    free(order);
+    free(same);
+    free(seen);
+    free(count);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -454,6 +479,8 @@ static void flush_lines(int rank, struct stream *s, int at_eof)
     }
 }
 
+static int nopen_streams; /* ranks' stdout and stderr pipes still open */
+
 static void stream_close(int rank, struct stream *s)
 {
     if (s->fd < 0)
@@ -461,6 +488,7 @@ static void stream_close(int rank, struct stream *s)
     flush_lines(rank, s, 1);
     close(s->fd);
     s->fd = -1;
+    nopen_streams--;
 }
 
 static void stream_read(int rank, struct stream *s)
@@ -631,6 +659,8 @@ static void hello_unlink(struct client *c)
 
 static void client_drop(struct client *c)
 {
+    if (c->dead)
+        return;
     if (c->state == CL_HELLO)
         hello_unlink(c);
     if (c->state == CL_JOINED && client_of_rank[c->rank] == c) {
@@ -886,7 +916,7 @@ static int client_parse(struct client *c)
         c->pending_data = len ? malloc(len) : NULL;
         if (len && !c->pending_data) {
             kvs_break("mpiv_run is out of memory");
-            return 1;
+            return !c->dead;
         }
         if (len)
             memcpy(c->pending_data, c->in + 8, len);
@@ -896,7 +926,9 @@ static int client_parse(struct client *c)
         memmove(c->in, c->in + 8 + len, c->in_used - 8 - len);
         c->in_used -= 8 + len;
         kvs_try_complete();
-        return 1; /* a client sends one request per reply */
+        /* a client sends one request per reply; a broken exchange may have
+         * dropped it just now */
+        return !c->dead;
     }
 }
 
@@ -1204,6 +1236,46 @@ static void child_fail(const char *what, const char *arg)
     _exit(127);
 }
 
+/* pid -> rank, open addressing (linear probing) in a table of at least
+ * twice the ranks, so that reaping one rank does not look at all. */
+static int *pid_slots;
+static size_t pid_mask;
+static int nalive; /* ranks started and not yet reaped */
+static struct rlimit user_nofile; /* RLIMIT_NOFILE as we found it */
+
+static void pid_index_init(void)
+{
+    size_t n = 16;
+    while (n < 2 * (size_t)nranks)
+        n *= 2;
+    pid_slots = malloc(n * sizeof *pid_slots);
+    if (!pid_slots) {
+        fprintf(stderr, "%s: out of memory\n", prog_name);
+        exit(EXIT_RUNTIME);
+    }
+    for (size_t i = 0; i < n; i++)
+        pid_slots[i] = -1;
+    pid_mask = n - 1;
+}
+
+static void pid_index_add(pid_t pid, int r)
+{
+    size_t i = (size_t)pid * 2654435761u & pid_mask;
+    while (pid_slots[i] >= 0)
+        i = (i + 1) & pid_mask;
+    pid_slots[i] = r;
+}
+
+/* The rank whose process is pid, or -1. */
+static int pid_index_find(pid_t pid)
+{
+    for (size_t i = (size_t)pid * 2654435761u & pid_mask; pid_slots[i] >= 0;
+         i = (i + 1) & pid_mask)
+        if (ranks[pid_slots[i]].pid == pid)
+            return pid_slots[i];
+    return -1;
+}
+
 static void spawn_rank(int r)
 {
     int out[2], err[2], in[2] = {-1, -1};
@@ -1243,6 +1315,9 @@ static void spawn_rank(int r)
             _exit(127);
         if (null > 2)
             close(null);
+        /* the rank gets the user's limit, not the one we raised for
+         * ourselves */
+        setrlimit(RLIMIT_NOFILE, &user_nofile);
         if (env)
             for (char **e = env; *e; e++)
                 putenv(*e);
@@ -1268,8 +1343,13 @@ static void spawn_rank(int r)
     ranks[r].spawned_at = util_now_ns();
     ranks[r].out.fd = out[0];
     ranks[r].out.out_fd = 1;
+    ranks[r].out.rank = r;
     ranks[r].err.fd = err[0];
     ranks[r].err.out_fd = 2;
+    ranks[r].err.rank = r;
+    nopen_streams += 2;
+    nalive++;
+    pid_index_add(pid, r);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1371,6 +1451,7 @@ static int status_code(int st)
 static void rank_exited(int r, int st)
 {
     ranks[r].alive = 0;
+    nalive--;
     ranks[r].status = st;
     /* A BYE it sent just before exiting may still sit in our socket or,
      * for a rank behind ssh or a launcher, still be on its way: its exit
@@ -1430,19 +1511,16 @@ static void rank_exited(int r, int st)
 
 static int reap(void)
 {
-    int alive = 0;
     for (;;) {
         int st;
         pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid <= 0)
             break;
-        for (int r = 0; r < nranks; r++)
-            if (ranks[r].pid == pid && ranks[r].alive)
-                rank_exited(r, st);
+        int r = pid_index_find(pid);
+        if (r >= 0 && ranks[r].alive)
+            rank_exited(r, st);
     }
-    for (int r = 0; r < nranks; r++)
-        alive += ranks[r].alive;
-    return alive;
+    return nalive;
 }
 
 /* Removes what killed ranks left in /dev/shm, once every rank is gone:
@@ -1509,15 +1587,20 @@ static int run_loop(int sfd)
     void **what = calloc(cap, sizeof *what);
     if (!pfd || !what)
         exit(EXIT_RUNTIME);
-    int alive = nranks;
+    int alive = 0, nspawned = 0;
     for (;;) {
-        int open_streams = 0;
-        for (int r = 0; r < nranks; r++)
-            open_streams += (ranks[r].out.fd >= 0) + (ranks[r].err.fd >= 0);
-        if (alive == 0 && open_streams == 0)
+        /* Ranks start a batch at a time between rounds of the loop, so that
+         * the first ones are served while the last ones start: with many
+         * ranks, starting them all takes longer than MPIV_BOOT_TIMEOUT. */
+        for (int k = 0; k < SPAWN_BATCH && nspawned < nranks && !terminating; k++) {
+            spawn_rank(nspawned++);
+            alive++;
+        }
+        int spawning = nspawned < nranks && !terminating;
+        if (alive == 0 && nopen_streams == 0 && !spawning)
             break;
         uint64_t now = util_now_ns();
-        if (alive == 0 && !drain_until)
+        if (alive == 0 && !spawning && !drain_until)
             drain_until = now + DRAIN_MS * 1000000ull;
         if (drain_until && now >= drain_until)
             break; /* something the ranks started still holds their output */
@@ -1547,6 +1630,8 @@ static int run_loop(int sfd)
         int timeout_ms = -1;
         if (wake != UINT64_MAX)
             timeout_ms = wake <= now ? 0 : (int)((wake - now + 999999) / 1000000);
+        if (spawning)
+            timeout_ms = 0;
 
         size_t n = 0;
         pfd[n] = (struct pollfd){.fd = sfd, .events = POLLIN};
@@ -1591,11 +1676,7 @@ static int run_loop(int sfd)
             if (!pfd[i].revents)
                 continue;
             struct stream *s = what[i];
-            int r = 0;
-            for (; r < nranks; r++)
-                if (s == &ranks[r].out || s == &ranks[r].err)
-                    break;
-            stream_read(r, s);
+            stream_read(s->rank, s);
         }
         for (size_t i = first_client; i < n; i++) {
             if (!pfd[i].revents)
@@ -1654,11 +1735,27 @@ int main(int argc, char **argv)
 {
     parse_args(argc, argv, &opt);
     nranks = (int)opt.nranks;
-    /* two pipes and a socket per rank: use all the descriptors we may */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
+    /* Two pipes and a socket per rank, plus connections still saying
+     * hello and a margin: raise our soft limit as far as that needs (the
+     * hard limit too where we may), and say so up front if it cannot be,
+     * rather than fail with EMFILE halfway through start-up. */
+    rlim_t need = 3 * (rlim_t)nranks + HELLO_TOTAL + MAX_LISTENERS + 64;
+    if (getrlimit(RLIMIT_NOFILE, &user_nofile) == 0 && user_nofile.rlim_cur < need) {
+        struct rlimit rl = user_nofile;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+            struct rlimit more = {need, need};
+            if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+                rl = more;
+        }
         setrlimit(RLIMIT_NOFILE, &rl);
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+            fprintf(stderr, "%s: %d ranks need about %llu open files in mpiv_run, but its limit "
+                    "is %llu (ulimit -n); raise the hard limit (ulimit -Hn, limits.conf) or "
+                    "start fewer ranks\n", prog_name, nranks, (unsigned long long)need,
+                    (unsigned long long)rl.rlim_cur);
+            return EXIT_RUNTIME;
+        }
     }
     if (!opt.launcher && !opt.hosts)
         check_program(opt.argv[0]);
@@ -1735,8 +1832,7 @@ int main(int argc, char **argv)
         }
     }
 
-    for (int r = 0; r < nranks; r++)
-        spawn_rank(r);
+    pid_index_init();
     int rc = run_loop(sfd);
     fflush(stdout);
 

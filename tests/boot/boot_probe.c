@@ -37,6 +37,10 @@
  *                                     boot_check_shared: prints "shared ok"
  *                                     or "shared refused: <detail>" (exit 0
  *                                     either way, 1 on any other error).
+ *   boot_probe join                   join, one allgather of 8 bytes, leave:
+ *                                     a rank that costs its launcher as much
+ *                                     as any and does nothing else (for
+ *                                     timing start-up, bench/boot).
  *   boot_probe secret-scan            join; once every rank has joined (so
  *                                     every launcher is up), look for the
  *                                     job secret in each process's
@@ -417,6 +421,20 @@ int main(int argc, char **argv)
         if (r && n && atoi(r) == atoi(n) - 1)
             return 0;
         return check(argc, argv);
+    }
+    if (strcmp(mode, "join") == 0) {
+        int rank, size;
+        if (boot_init(&rank, &size))
+            FAIL("boot_init failed");
+        uint64_t mine = (uint64_t)rank, *all = malloc((size_t)size * sizeof *all);
+        if (!all || boot_allgather(&mine, sizeof mine, all))
+            FAIL("rank %d: allgather failed", rank);
+        for (int r = 0; r < size; r++)
+            if (all[r] != (uint64_t)r)
+                FAIL("rank %d: wrong data from rank %d", rank, r);
+        free(all);
+        boot_finalize();
+        return 0;
     }
     if (strcmp(mode, "shared") == 0)
         return shared(argc, argv);

@@ -537,6 +537,27 @@ START_TEST(packet_size_mismatch_fails_every_rank)
 }
 END_TEST
 
+/* 100 ranks under a limit of 128 open files (mpiv_run holds about three
+ * per rank): mpiv_run raises its own limit where it may (root: the hard
+ * one too) and the job runs; where it may not, it says so before starting
+ * anything. Either way no "Too many open files" halfway through. */
+START_TEST(open_file_limit_is_raised_or_explained)
+{
+    if (access("/usr/bin/prlimit", X_OK) != 0)
+        return; /* nothing to set the limit with */
+    char *argv[] = {"/usr/bin/prlimit", "--nofile=128:128", MPIV_RUN, "-n", "100", BOOT_PROBE,
+                    "join", NULL};
+    struct run_result r = run_cmd(argv, 60);
+    /* raising the hard limit needs CAP_SYS_RESOURCE */
+    if (run_code(&r) != 0) {
+        EXPECT_CODE(r, 1);
+        EXPECT_OUT(r, "100 ranks need about");
+    }
+    ck_assert_msg(!strstr(r.out, "Too many open files"), "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -603,6 +624,7 @@ static Suite *run_suite(void)
     tcase_add_test(tc, killed_rank_leaves_nothing_in_dev_shm);
     tcase_add_test(tc, killed_ofi_rank_leaves_nothing_in_dev_shm);
     tcase_add_test(tc, packet_size_mismatch_fails_every_rank);
+    tcase_add_test(tc, open_file_limit_is_raised_or_explained);
     tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
