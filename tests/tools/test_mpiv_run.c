@@ -444,10 +444,10 @@ START_TEST(host_that_never_answers_is_named)
     chmod(launcher, 0755);
     snprintf(tmpl, sizeof tmpl, "%s {host}", launcher);
     struct run_result r = RUN("-n", "3", "-H", "live,dead", "--launcher", tmpl, "-x",
-                              "MPIV_BOOT_TIMEOUT=2", BOOT_PROBE, "check");
+                              "MPIV_BOOT_TIMEOUT=5", BOOT_PROBE, "check");
     EXPECT_CODE(r, 1);
     EXPECT_OUT(r, "mpiv_run: rank 1 (pid ");
-    EXPECT_OUT(r, "host dead) has not joined the job 2 s after it was started "
+    EXPECT_OUT(r, "host dead) has not joined the job 5 s after it was started "
                   "(MPIV_BOOT_TIMEOUT), while other ranks wait for it: is host dead reachable");
     ck_assert_msg(count_str(r.out, "terminating the job") == 1, "%s", r.out);
     free(r.out);
