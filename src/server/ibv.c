@@ -5,7 +5,7 @@
  *
  * How the pieces map:
  *  - Connection: each rank creates its QPs, then swaps one ibv_qpinfo blob
- *    per (rank, peer) pair with srv_boot_allgather (ibv_util.h) and moves
+ *    per (rank, peer) pair with boot_allgather (ibv_util.h) and moves
  *    every QP through INIT → RTR → RTS. RoCE needs a GID: the RoCE v2
  *    IPv4-mapped entry of the port's table (read with one
  *    ibv_query_gid_table call), or MPIV_IBV_GID_INDEX. The path MTU is the
@@ -43,7 +43,7 @@
 
 #include <infiniband/verbs.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/ibv_util.h"
 #include "server/srv_int.h"
 #include "util/spinlock.h"
@@ -366,7 +366,7 @@ static int vb_exchange(struct srv_backend *be)
         memcpy(qi.gid, be->gid.raw, 16);
         srv_ibv_qpinfo_pack(&qi, mine + r * SRV_IBV_QPINFO_WIRE);
     }
-    int rc = srv_boot_allgather(mine, n * SRV_IBV_QPINFO_WIRE, all);
+    int rc = boot_allgather(mine, n * SRV_IBV_QPINFO_WIRE, all);
     for (size_t r = 0; r < n && rc == MPIV_SUCCESS; r++) {
         /* rank r's QP for us */
         struct srv_ibv_qpinfo rem;

@@ -47,7 +47,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/srv_int.h"
 
 #define OFI_VERSION FI_VERSION(1, 9)
@@ -378,7 +378,7 @@ static int ofi_exchange(struct srv_backend *be)
     unsigned char *all = malloc(slot * (size_t)be->size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "ofi: out of memory for addresses");
-    rc = srv_boot_allgather(mine, slot, all);
+    rc = boot_allgather(mine, slot, all);
     if (rc) {
         free(all);
         return rc;

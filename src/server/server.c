@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/srv_int.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
@@ -138,7 +138,7 @@ int srv_all_on_one_host(bool *one_host)
     char *all = malloc(sizeof mine * (size_t)size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
-    int rc = srv_boot_allgather(mine, sizeof mine, all);
+    int rc = boot_allgather(mine, sizeof mine, all);
     if (rc == MPIV_SUCCESS) {
         *one_host = true;
         for (int r = 1; r < size; r++)
@@ -612,7 +612,7 @@ static int pick_backend(void)
     unsigned char *all = malloc((size_t)srv_g.size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
-    int rc = srv_boot_allgather(&mine, 1, all);
+    int rc = boot_allgather(&mine, 1, all);
     if (rc == MPIV_SUCCESS) {
         bool every = true;
         for (int r = 0; r < srv_g.size; r++)
@@ -631,9 +631,11 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     srv_g.one_host_known = false;
     srv_g.pool = pool;
     srv_g.recv_depth = (int)cfg->recv_depth;
-    int rc = srv_boot_init(&srv_g.rank, &srv_g.size);
+    int rc = boot_init(&srv_g.rank, &srv_g.size);
     if (rc)
         return rc;
+    if ((rc = boot_check_shared(cfg)))
+        goto fail_boot;
     util_log_set_rank(srv_g.rank);
     if ((rc = pick_backend()))
         goto fail_boot;
@@ -649,7 +651,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
         goto fail_be;
     srv_g.max_write = (size_t)1 << 30;
     util_log_info("server: rank %d of %d, backend %s, bootstrap %s", srv_g.rank, srv_g.size,
-                  srv_g.ops->name, srv_boot_method());
+                  srv_g.ops->name, boot_method_name());
     memset(&srv_g.stats, 0, sizeof srv_g.stats);
     atomic_store(&srv_g.stop, 0);
     srv_g.inited = true;
@@ -663,7 +665,7 @@ fail_mem:
     free(srv_g.peer_dead);
     srv_g.peer_dead = NULL;
 fail_boot:
-    srv_boot_finalize();
+    boot_finalize();
     srv_g.ops = NULL;
     return rc;
 }
@@ -691,7 +693,7 @@ int srv_start(void)
     return MPIV_SUCCESS;
 }
 
-int srv_boot_barrier_all(void) { return srv_boot_barrier(); }
+int srv_boot_barrier_all(void) { return boot_barrier(); }
 
 static void fault_flush(void);
 
@@ -723,9 +725,9 @@ static void srv_teardown(bool graceful)
     free(srv_g.peer_dead);
     srv_g.peer_dead = NULL;
     if (graceful)
-        srv_boot_finalize();
+        boot_finalize();
     else
-        srv_boot_abandon();
+        boot_abandon();
     srv_g.inited = false;
     srv_g.ops = NULL;
     srv_g.pkt_handler = NULL;
@@ -757,7 +759,7 @@ int srv_finalize(void)
     }
     /* No rank closes its endpoint while a peer may still be delivering to
      * it: the server keeps progressing during this barrier. */
-    int brc = srv_boot_barrier();
+    int brc = boot_barrier();
     if (brc && !rc)
         rc = brc;
     srv_teardown(true);

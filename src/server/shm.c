@@ -55,7 +55,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/srv_int.h"
 #include "util/spinlock.h"
 
@@ -228,15 +228,20 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
 
 static int shm_exchange(struct srv_backend *be)
 {
-    /* The job's key: rank 0's random number (every rank draws one; all use
-     * rank 0's). Then each rank's pid, once its segment exists. */
+    /* The job's key: rank 0's (every rank has one; all use rank 0's), the
+     * launcher's when it chose one (then it can remove the segments of a
+     * rank killed before it unlinked them), else a random number. Then
+     * each rank's pid, once its segment exists. */
     struct { uint64_t key; int64_t pid; } mine = {0, getpid()}, *all;
-    if (getrandom(&mine.key, sizeof mine.key, 0) != (ssize_t)sizeof mine.key)
+    int rc = boot_job_key(&mine.key);
+    if (rc)
+        return rc;
+    if (!mine.key && getrandom(&mine.key, sizeof mine.key, 0) != (ssize_t)sizeof mine.key)
         mine.key = util_now_ns() ^ ((uint64_t)getpid() << 32);
     all = calloc((size_t)be->size, sizeof *all);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
-    int rc = srv_boot_allgather(&mine, sizeof mine, all);
+    rc = boot_allgather(&mine, sizeof mine, all);
     uint64_t key = all[0].key;
     for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
         be->pid[r] = (pid_t)all[r].pid;
@@ -249,7 +254,7 @@ static int shm_exchange(struct srv_backend *be)
     int *each = calloc((size_t)be->size, sizeof *each);
     if (!each)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
-    rc = srv_boot_allgather(&ok, sizeof ok, each);
+    rc = boot_allgather(&ok, sizeof ok, each);
     for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
         oks += each[r];
     if (rc == MPIV_SUCCESS && oks != be->size && made == MPIV_SUCCESS)
@@ -261,7 +266,7 @@ static int shm_exchange(struct srv_backend *be)
         rc = r == be->rank ? (be->peer[r] = be->mine, MPIV_SUCCESS) : map_peer(be, key, r);
     /* everybody has mapped everybody (or failed): nothing needs the names */
     ok = rc == MPIV_SUCCESS;
-    int brc = srv_boot_allgather(&ok, sizeof ok, each);
+    int brc = boot_allgather(&ok, sizeof ok, each);
     if (be->name[0]) {
         shm_unlink(be->name);
         be->name[0] = '\0';

@@ -15,7 +15,7 @@
 
 #include "common/test_wait.h"
 #include "pktpool/pktpool.h"
-#include "server/boot.h"
+#include "boot/boot.h"
 #include "server/server.h"
 #include "server/srv_int.h"
 #include "util/util.h"

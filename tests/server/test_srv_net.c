@@ -311,7 +311,7 @@ START_TEST(test_rdma_write_imm)
     ck_assert_uint_eq(dmr->base, (uintptr_t)dst);
 
     struct remote mine = {dmr->raddr, dmr->rkey, dmr->base}, *all = calloc((size_t)st_size, sizeof mine);
-    ck_assert_int_eq(srv_boot_allgather(&mine, sizeof mine, all), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_allgather(&mine, sizeof mine, all), MPIV_SUCCESS);
 
     for (int peer = 0; peer < st_size; peer++) {
         uint64_t raddr = all[peer].raddr + (uint64_t)SEG * (uint64_t)st_rank;

@@ -369,6 +369,195 @@ START_TEST(ssh_launcher_quotes_the_command)
 }
 END_TEST
 
+/* The job secret must be on no command line (ps shows every process's to
+ * every user): not through a launcher that stays up as the rank's parent
+ * (timeout(1) keeps its whole command line), with or without -H, nor when
+ * ranks are forked here. Each rank looks, once the whole job is up. */
+START_TEST(secret_is_on_no_command_line)
+{
+    struct run_result r = RUN("-n", "2", "--launcher", "timeout 60", BOOT_PROBE, "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+    r = RUN("-n", "2", "-H", "localhost,127.0.0.1", "--launcher", "timeout 60", BOOT_PROBE,
+            "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+    r = RUN("-n", "2", BOOT_PROBE, "secret-scan");
+    EXPECT_CODE(r, 0);
+    ck_assert_int_eq(count_str(r.out, "secret in no readable cmdline"), 2);
+    free(r.out);
+}
+END_TEST
+
+/* A launcher that does not forward stdin: the rank says why it cannot
+ * join instead of hanging or joining with no secret. */
+START_TEST(launcher_without_stdin_is_explained)
+{
+    char dir[] = "/tmp/mpiv_no_stdin_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char launcher[64];
+    snprintf(launcher, sizeof launcher, "%s/no-stdin", dir);
+    FILE *f = fopen(launcher, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\nexec \"$@\" </dev/null\n", f);
+    fclose(f);
+    chmod(launcher, 0755);
+    struct run_result r = RUN("-n", "2", "--launcher", launcher, BOOT_PROBE, "check");
+    EXPECT_CODE(r, 127);
+    EXPECT_OUT(r, "could not read the job secret from its stdin");
+    free(r.out);
+    unlink(launcher);
+    rmdir(dir);
+}
+END_TEST
+
+/* Rank 3 of 4 exits with status 0 without joining while the others join
+ * and wait for it: the job ends at once (not after MPIV_BOOT_TIMEOUT, 60 s
+ * here), naming rank 3, and no other rank is blamed. */
+START_TEST(rank_exiting_before_init_is_named)
+{
+    struct run_result r = RUN("-n", "4", BOOT_PROBE, "exit-before-init");
+    EXPECT_CODE(r, 1);
+    EXPECT_OUT(r, "mpiv_run: rank 3 (pid ");
+    EXPECT_OUT(r, "exited with status 0 before joining the job (before mpiv_init), while other "
+                  "ranks joined it; terminating the job");
+    ck_assert_msg(count_str(r.out, "terminating the job") == 1, "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
+/* A launcher that hangs for one host (as ssh to a host that never answers
+ * would): the job ends once that rank is MPIV_BOOT_TIMEOUT late, naming it
+ * and its host, and blames nobody else. */
+START_TEST(host_that_never_answers_is_named)
+{
+    char dir[] = "/tmp/mpiv_hang_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char launcher[64], tmpl[96];
+    snprintf(launcher, sizeof launcher, "%s/hang-for-dead", dir);
+    FILE *f = fopen(launcher, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n[ \"$1\" = dead ] && exec sleep 600\nshift\nexec \"$@\"\n", f);
+    fclose(f);
+    chmod(launcher, 0755);
+    snprintf(tmpl, sizeof tmpl, "%s {host}", launcher);
+    struct run_result r = RUN("-n", "3", "-H", "live,dead", "--launcher", tmpl, "-x",
+                              "MPIV_BOOT_TIMEOUT=5", BOOT_PROBE, "check");
+    EXPECT_CODE(r, 1);
+    EXPECT_OUT(r, "mpiv_run: rank 1 (pid ");
+    EXPECT_OUT(r, "host dead) has not joined the job 5 s after it was started "
+                  "(MPIV_BOOT_TIMEOUT), while other ranks wait for it: is host dead reachable");
+    ck_assert_msg(count_str(r.out, "terminating the job") == 1, "%s", r.out);
+    free(r.out);
+    unlink(launcher);
+    rmdir(dir);
+}
+END_TEST
+
+/* Every "left /dev/shm/NAME" line of out must name a file that is gone. */
+static void expect_shm_gone(const char *out, int want)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, "left /dev/shm/")); n++) {
+        p += strlen("left ");
+        char path[128];
+        size_t l = strcspn(p, "\n");
+        snprintf(path, sizeof path, "%.*s", (int)l, p);
+        ck_assert_msg(access(path, F_OK) != 0, "%s is still there:\n%s", path, out);
+        unlink(path);
+    }
+    ck_assert_msg(n == want, "%d files reported, expected %d:\n%s", n, want, out);
+}
+
+/* A rank killed during start-up leaves its shm segment and libfabric's
+ * file behind: mpiv_run removes them (and nothing that is not the job's:
+ * a file named after a live pid stays). */
+START_TEST(killed_rank_leaves_nothing_in_dev_shm)
+{
+    char keep[64];
+    snprintf(keep, sizeof keep, "/dev/shm/%d:0:0", (int)getpid());
+    int fd = open(keep, O_RDWR | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    struct run_result r = RUN("-n", "3", BOOT_PROBE, "leave-shm");
+    EXPECT_CODE(r, 128 + SIGKILL);
+    EXPECT_OUT(r, "rank 2 (pid ");
+    expect_shm_gone(r.out, 2);
+    ck_assert_msg(access(keep, F_OK) == 0, "mpiv_run removed %s", keep);
+    unlink(keep);
+    free(r.out);
+}
+END_TEST
+
+/* The same with the real library over libfabric: the rank killed after
+ * mpiv_init leaves /dev/shm/<pid>:*, the others are ended by mpiv_run. */
+START_TEST(killed_ofi_rank_leaves_nothing_in_dev_shm)
+{
+    struct run_result r = RUN("-n", "2", "-x", "MPIV_NET=ofi", INIT_PROBE, "kill-after-init");
+    EXPECT_CODE(r, 128 + SIGKILL);
+    int n = 0;
+    for (const char *p = r.out; (p = strstr(p, "pid=")); n++) {
+        int pid = atoi(p + 4);
+        p += 4;
+        DIR *d = opendir("/dev/shm");
+        ck_assert_ptr_nonnull(d);
+        struct dirent *e;
+        char prefix[32];
+        int pl = snprintf(prefix, sizeof prefix, "%d:", pid);
+        while ((e = readdir(d)))
+            ck_assert_msg(strncmp(e->d_name, prefix, (size_t)pl) != 0,
+                          "/dev/shm/%s of rank pid %d is still there:\n%s", e->d_name, pid,
+                          r.out);
+        closedir(d);
+    }
+    ck_assert_msg(n == 2, "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
+/* Two ranks with different MPIV_PACKET_SIZE: mpiv_init fails on both at
+ * once with MPIV_ERR_CONFIG naming the setting and both values (over ofi
+ * it used to report a false truncation and hang; over shm it failed with
+ * a guess). */
+static void packet_size_mismatch(char *net)
+{
+    struct run_result r = RUN("-n", "2", "-x", net, INIT_PROBE, "packet-size", "8192", "4096");
+    EXPECT_CODE(r, 0);
+    ck_assert_msg(count_str(r.out, "refused: MPIV_PACKET_SIZE differs: rank 0 has 8192, rank 1 "
+                                   "has 4096") == 2, "%s: %s", net, r.out);
+    free(r.out);
+}
+
+START_TEST(packet_size_mismatch_fails_every_rank)
+{
+    packet_size_mismatch("MPIV_NET=ofi");
+    packet_size_mismatch("MPIV_NET=shm");
+}
+END_TEST
+
+/* 100 ranks under a limit of 128 open files (mpiv_run holds about three
+ * per rank): mpiv_run raises its own limit where it may (root: the hard
+ * one too) and the job runs; where it may not, it says so before starting
+ * anything. Either way no "Too many open files" halfway through. */
+START_TEST(open_file_limit_is_raised_or_explained)
+{
+    if (access("/usr/bin/prlimit", X_OK) != 0)
+        return; /* nothing to set the limit with */
+    char *argv[] = {"/usr/bin/prlimit", "--nofile=128:128", MPIV_RUN, "-n", "100", BOOT_PROBE,
+                    "join", NULL};
+    struct run_result r = run_cmd(argv, 60);
+    /* raising the hard limit needs CAP_SYS_RESOURCE */
+    if (run_code(&r) != 0) {
+        EXPECT_CODE(r, 1);
+        EXPECT_OUT(r, "100 ranks need about");
+    }
+    ck_assert_msg(!strstr(r.out, "Too many open files"), "%s", r.out);
+    free(r.out);
+}
+END_TEST
+
 START_TEST(help_documents_options_and_variables)
 {
     struct run_result r = RUN("--help");
@@ -429,6 +618,14 @@ static Suite *run_suite(void)
     tcase_add_test(tc, hosts_round_robin_and_block);
     tcase_add_test(tc, launcher_job_joins_the_exchange);
     tcase_add_test(tc, ssh_launcher_quotes_the_command);
+    tcase_add_test(tc, secret_is_on_no_command_line);
+    tcase_add_test(tc, rank_exiting_before_init_is_named);
+    tcase_add_test(tc, host_that_never_answers_is_named);
+    tcase_add_test(tc, killed_rank_leaves_nothing_in_dev_shm);
+    tcase_add_test(tc, killed_ofi_rank_leaves_nothing_in_dev_shm);
+    tcase_add_test(tc, packet_size_mismatch_fails_every_rank);
+    tcase_add_test(tc, open_file_limit_is_raised_or_explained);
+    tcase_add_test(tc, launcher_without_stdin_is_explained);
     tcase_add_test(tc, help_documents_options_and_variables);
     tcase_add_test(tc, bad_usage_exits_2);
     suite_add_tcase(s, tc);

@@ -7,6 +7,7 @@
  * Order matters: mpiv_run's variables win over PMIx's, so that mpiv_run
  * started from inside an srun or mpirun job still runs its own job.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,7 @@
 #include "boot_int.h"
 
 static const struct boot_method *method;
+static int my_rank, my_size;
 
 static int single_init(int *rank, int *size)
 {
@@ -54,7 +56,7 @@ int boot_timeout_s(void)
     return (int)v;
 }
 
-int srv_boot_init(int *rank, int *size)
+int boot_init(int *rank, int *size)
 {
     if (method)
         return util_err(MPIV_ERR_STATE, "bootstrap: already joined the job (method %s)",
@@ -70,24 +72,26 @@ int srv_boot_init(int *rank, int *size)
     if (rc != MPIV_SUCCESS)
         return rc;
     method = m;
+    my_rank = *rank;
+    my_size = *size;
     util_log_set_rank(*rank);
     util_log_debug("bootstrap: rank %d of %d through %s", *rank, *size, m->name);
     return MPIV_SUCCESS;
 }
 
-int srv_boot_allgather(const void *mine, size_t len, void *all)
+int boot_allgather(const void *mine, size_t len, void *all)
 {
     if (!method)
-        return util_err(MPIV_ERR_STATE, "bootstrap: allgather before srv_boot_init");
+        return util_err(MPIV_ERR_STATE, "bootstrap: allgather before boot_init");
     if ((len && (!mine || !all)))
         return util_err(MPIV_ERR_ARG, "bootstrap: allgather with a NULL buffer");
     return method->allgather(mine, len, all);
 }
 
-int srv_boot_barrier(void)
+int boot_barrier(void)
 {
     if (!method)
-        return util_err(MPIV_ERR_STATE, "bootstrap: barrier before srv_boot_init");
+        return util_err(MPIV_ERR_STATE, "bootstrap: barrier before boot_init");
     return method->barrier();
 }
 
@@ -99,11 +103,39 @@ static void boot_leave(bool graceful)
     method = NULL;
 }
 
-void srv_boot_finalize(void) { boot_leave(true); }
+void boot_finalize(void) { boot_leave(true); }
 
-void srv_boot_abandon(void) { boot_leave(false); }
+void boot_abandon(void) { boot_leave(false); }
 
-const char *srv_boot_method(void)
+int boot_whoami(int *rank, int *size)
+{
+    if (!method)
+        return MPIV_ERR_STATE;
+    *rank = my_rank;
+    *size = my_size;
+    return MPIV_SUCCESS;
+}
+
+int boot_job_key(uint64_t *key)
+{
+    *key = 0;
+    const char *s = getenv("MPIV_JOB_KEY");
+    if (!s || !*s)
+        return MPIV_SUCCESS;
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < 16 && isxdigit((unsigned char)s[i]); i++)
+        v = v << 4 | (uint64_t)(isdigit((unsigned char)s[i]) ? s[i] - '0'
+                                                            : (tolower((unsigned char)s[i]) - 'a' + 10));
+    if (i != 16 || s[i] != '\0' || v == 0)
+        return util_err(MPIV_ERR_BOOTSTRAP,
+                        "bootstrap: MPIV_JOB_KEY=%s: expected 16 hex digits, not all 0 (mpiv_run "
+                        "sets it)", s);
+    *key = v;
+    return MPIV_SUCCESS;
+}
+
+const char *boot_method_name(void)
 {
     return method ? method->name : "none";
 }

@@ -1,13 +1,16 @@
 /*
  * boot_wire.h — the wire format of mpiv_run's key-value exchange, shared by
- * the client (src/server/boot_run.c, inside every rank) and the server
+ * the client (src/boot/boot_run.c, inside every rank) and the server
  * (tools/mpiv_run.c). Nothing else belongs here.
  *
- * One TCP connection per rank, kept open from srv_boot_init to
- * srv_boot_finalize. All integers are 32-bit, network byte order.
+ * One TCP connection per rank, kept open from boot_init to
+ * boot_finalize. All integers are 32-bit, network byte order.
  *
  *   rank → run   HELLO   magic[8] rank size secret_len secret[secret_len]
- *   run  → rank  ACK     status(0)                  (refusal: no ACK, close)
+ *   run  → rank  ACK     status(0)
+ *                        refused: status(1) len why[len], then close
+ *                        busy:    status(2), then close: connect again
+ *                        (a close without a status word means busy too)
  *   rank → run   GATHER  op(1) len data[len]        (a barrier is len 0)
  *   run  → rank  RESULT  status len body[len]
  *                        status 0: body = every rank's data, rank order
@@ -17,8 +20,8 @@
  * A connection that closes without BYE means its rank is gone: every
  * pending and later GATHER of the job fails, so no rank waits for it.
  */
-#ifndef MPIV_SERVER_BOOT_WIRE_H
-#define MPIV_SERVER_BOOT_WIRE_H
+#ifndef MPIV_BOOT_WIRE_H
+#define MPIV_BOOT_WIRE_H
 
 #include <stdint.h>
 
@@ -26,7 +29,7 @@
 #define BOOT_WIRE_MAGIC_LEN 8
 
 enum boot_wire_op { BOOT_OP_GATHER = 1, BOOT_OP_BYE = 2 };
-enum boot_wire_status { BOOT_ST_OK = 0, BOOT_ST_FAILED = 1 };
+enum boot_wire_status { BOOT_ST_OK = 0, BOOT_ST_FAILED = 1, BOOT_ST_BUSY = 2 };
 
 /* The job secret is this many random bytes, passed as lowercase hex. */
 #define BOOT_SECRET_BYTES 32

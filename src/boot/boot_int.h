@@ -1,9 +1,9 @@
 /*
  * boot_int.h — what each bootstrap method provides to boot.c, which picks
- * one at srv_boot_init and forwards the calls. Private to src/server/boot*.
+ * one at boot_init and forwards the calls. Private to src/boot/.
  */
-#ifndef MPIV_SERVER_BOOT_INT_H
-#define MPIV_SERVER_BOOT_INT_H
+#ifndef MPIV_BOOT_INT_H
+#define MPIV_BOOT_INT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -32,6 +32,9 @@ static int run_fd = -1;
 static int run_rank, run_size;
 static int run_timeout_s;
 static char run_addr[256];
+/* The last send_all/recv_all failed because the connection was closed or
+ * reset (not a timeout): while joining, that means "connect again". */
+static int run_conn_lost;
 
 static uint64_t deadline_after(int seconds)
 {
@@ -70,6 +73,7 @@ static int wait_fd(int fd, short events, uint64_t deadline, const char *what)
 static int send_all(const void *buf, size_t len, uint64_t deadline, const char *what)
 {
     const char *p = buf;
+    run_conn_lost = 0;
     while (len) {
         ssize_t n = send(run_fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -85,6 +89,7 @@ static int send_all(const void *buf, size_t len, uint64_t deadline, const char *
                 return rc;
             continue;
         }
+        run_conn_lost = 1;
         return util_err(MPIV_ERR_BOOTSTRAP,
                         "bootstrap (mpiv_run at %s): rank %d lost the connection while %s: %s",
                         run_addr, run_rank, what, strerror(errno));
@@ -95,6 +100,7 @@ static int send_all(const void *buf, size_t len, uint64_t deadline, const char *
 static int recv_all(void *buf, size_t len, uint64_t deadline, const char *what)
 {
     char *p = buf;
+    run_conn_lost = 0;
     while (len) {
         ssize_t n = recv(run_fd, p, len, MSG_DONTWAIT);
         if (n > 0) {
@@ -102,11 +108,13 @@ static int recv_all(void *buf, size_t len, uint64_t deadline, const char *what)
             len -= (size_t)n;
             continue;
         }
-        if (n == 0)
+        if (n == 0) {
+            run_conn_lost = 1;
             return util_err(MPIV_ERR_BOOTSTRAP,
                             "bootstrap (mpiv_run at %s): rank %d: mpiv_run closed the connection "
-                            "while %s (wrong MPIV_JOB_SECRET, or the job is ending)",
+                            "while %s (the job is ending?)",
                             run_addr, run_rank, what);
+        }
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -115,6 +123,7 @@ static int recv_all(void *buf, size_t len, uint64_t deadline, const char *what)
                 return rc;
             continue;
         }
+        run_conn_lost = 1;
         return util_err(MPIV_ERR_BOOTSTRAP,
                         "bootstrap (mpiv_run at %s): rank %d lost the connection while %s: %s",
                         run_addr, run_rank, what, strerror(errno));
@@ -173,6 +182,18 @@ static int split_addr(const char *addr, char *host, size_t hlen, char *port, siz
     return 0;
 }
 
+/* Sleeps before the next try: 10 ms, doubling up to 500 ms, never past the
+ * deadline. */
+static void back_off(unsigned attempt, uint64_t deadline)
+{
+    unsigned ms = attempt < 6 ? 10u << attempt : 500u;
+    int left = ms_left(deadline);
+    if ((int)ms > left)
+        ms = (unsigned)left;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 /* Connects, retrying refused connections until the deadline: mpiv_run
  * listens before it starts any rank, but a remote rank may race a slow
  * network. */
@@ -217,20 +238,58 @@ static int connect_run(const char *host, const char *port, uint64_t deadline)
             last_errno = errno;
             close(fd);
         }
-        int left = ms_left(deadline);
-        if (left == 0)
+        if (ms_left(deadline) == 0)
             break;
-        /* 10 ms, doubling up to 500 ms between rounds */
-        unsigned ms = attempt < 6 ? 10u << attempt : 500u;
-        if ((int)ms > left)
-            ms = (unsigned)left;
-        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        back_off(attempt, deadline);
     }
     freeaddrinfo(res);
     return util_err(MPIV_ERR_BOOTSTRAP,
                     "bootstrap: rank %d cannot reach mpiv_run at MPIV_BOOT_ADDR=%s within %d s: %s",
                     run_rank, run_addr, run_timeout_s, strerror(last_errno));
+}
+
+/* One try at joining: connect, HELLO, wait for the answer. Returns
+ * MPIV_SUCCESS (joined), -1 when mpiv_run turned us away (try again), or
+ * an error. */
+static int hello(const char *host, const char *port, const char *secret, uint64_t deadline)
+{
+    int rc = connect_run(host, port, deadline);
+    if (rc)
+        return rc;
+    size_t slen = strlen(secret);
+    char msg[BOOT_WIRE_MAGIC_LEN + 12 + 4 * BOOT_SECRET_HEX];
+    uint32_t fields[3] = {htonl((uint32_t)run_rank), htonl((uint32_t)run_size),
+                          htonl((uint32_t)slen)};
+    memcpy(msg, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN);
+    memcpy(msg + BOOT_WIRE_MAGIC_LEN, fields, sizeof fields);
+    memcpy(msg + BOOT_WIRE_MAGIC_LEN + sizeof fields, secret, slen);
+    uint32_t ack;
+    if ((rc = send_all(msg, BOOT_WIRE_MAGIC_LEN + sizeof fields + slen, deadline,
+                       "joining the job")) ||
+        (rc = recv_all(&ack, sizeof ack, deadline, "joining the job"))) {
+        close_conn();
+        return run_conn_lost ? -1 : rc;
+    }
+    ack = ntohl(ack);
+    if (ack == BOOT_ST_OK)
+        return MPIV_SUCCESS;
+    if (ack == BOOT_ST_BUSY) {
+        close_conn();
+        return -1;
+    }
+    uint32_t len = 0;
+    char why[256];
+    size_t keep = 0;
+    if (ack == BOOT_ST_FAILED && recv_all(&len, sizeof len, deadline_after(1), "joining") == 0) {
+        len = ntohl(len);
+        keep = len < sizeof why - 1 ? len : sizeof why - 1;
+        if (recv_all(why, keep, deadline_after(1), "joining"))
+            keep = 0;
+    }
+    why[keep] = '\0';
+    close_conn();
+    return util_err(MPIV_ERR_BOOTSTRAP, "bootstrap: mpiv_run at %s refused rank %d: %s", run_addr,
+                    run_rank, keep ? why : "(no reason given)");
 }
 
 static int run_init(int *rank, int *size)
@@ -258,33 +317,28 @@ static int run_init(int *rank, int *size)
         return util_err(MPIV_ERR_BOOTSTRAP, "bootstrap: MPIV_BOOT_ADDR=%s: expected host:port",
                         addr);
 
+    /* mpiv_run turns away connections that have not said hello when too
+     * many are waiting (someone may be flooding its port) or when they are
+     * slow: then we connect again, until the deadline. A refusal (wrong
+     * secret, rank out of range) fails at once. */
     uint64_t deadline = deadline_after(run_timeout_s);
-    if ((rc = connect_run(host, port, deadline)))
-        return rc;
-
-    size_t slen = strlen(secret);
-    char hello[BOOT_WIRE_MAGIC_LEN + 12 + 4 * BOOT_SECRET_HEX];
-    uint32_t fields[3] = {htonl((uint32_t)run_rank), htonl((uint32_t)run_size),
-                          htonl((uint32_t)slen)};
-    memcpy(hello, BOOT_WIRE_MAGIC, BOOT_WIRE_MAGIC_LEN);
-    memcpy(hello + BOOT_WIRE_MAGIC_LEN, fields, sizeof fields);
-    memcpy(hello + BOOT_WIRE_MAGIC_LEN + sizeof fields, secret, slen);
-    uint32_t ack;
-    if ((rc = send_all(hello, BOOT_WIRE_MAGIC_LEN + sizeof fields + slen, deadline,
-                       "joining the job")) ||
-        (rc = recv_all(&ack, sizeof ack, deadline, "joining the job"))) {
-        close_conn();
-        return rc;
+    for (unsigned attempt = 0;; attempt++) {
+        rc = hello(host, port, secret, deadline);
+        if (rc == MPIV_SUCCESS) {
+            *rank = run_rank;
+            *size = run_size;
+        }
+        if (rc != -1)
+            return rc;
+        if (ms_left(deadline) == 0)
+            return util_err(MPIV_ERR_BOOTSTRAP,
+                            "bootstrap (mpiv_run at %s): rank %d could not join within %d s "
+                            "(MPIV_BOOT_TIMEOUT): mpiv_run kept turning the connection away",
+                            run_addr, run_rank, run_timeout_s);
+        back_off(attempt, deadline);
     }
-    if (ntohl(ack) != BOOT_ST_OK) {
-        close_conn();
-        return util_err(MPIV_ERR_BOOTSTRAP, "bootstrap: mpiv_run at %s refused rank %d", run_addr,
-                        run_rank);
-    }
-    *rank = run_rank;
-    *size = run_size;
-    return MPIV_SUCCESS;
 }
+
 
 /* Leaves the job: BYE, then close. Only between requests (a BYE inside a
  * half-sent request would be read as its data). */
