@@ -257,6 +257,8 @@ START_TEST(shared_settings_must_match)
         {"MPIV_NET", {"ofi", "shm", "ofi"}, "MPIV_NET differs: rank 0 has ofi, rank 1 has shm"},
         {"MPIV_OFI_PROVIDER", {"tcp", "tcp", ""},
          "MPIV_OFI_PROVIDER differs: rank 0 has tcp, rank 2 has (unset)"},
+        {"MPIV_EAGER_CREDIT", {"1M", "1M", "2M"},
+         "MPIV_EAGER_CREDIT differs: rank 0 has 1048576, rank 2 has 2097152"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *out = shared_job(3, cases[i].var, cases[i].vals);
