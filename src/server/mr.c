@@ -63,7 +63,7 @@ static struct {
     struct mr_ent *lru_head, *lru_tail; /* head = most recently put */
     int lru_len;
     struct srv_mr_stats st;
-} C = {.lock = UTIL_SPINLOCK_INIT};
+} mr_cache = {.lock = UTIL_SPINLOCK_INIT};
 
 static size_t bucket_of(uintptr_t start)
 {
@@ -76,39 +76,39 @@ static void lru_unlink(struct mr_ent *e)
     if (e->lru_prev)
         e->lru_prev->lru_next = e->lru_next;
     else
-        C.lru_head = e->lru_next;
+        mr_cache.lru_head = e->lru_next;
     if (e->lru_next)
         e->lru_next->lru_prev = e->lru_prev;
     else
-        C.lru_tail = e->lru_prev;
+        mr_cache.lru_tail = e->lru_prev;
     e->lru_prev = e->lru_next = NULL;
-    C.lru_len--;
+    mr_cache.lru_len--;
 }
 
 static void lru_push(struct mr_ent *e)
 {
     e->lru_prev = NULL;
-    e->lru_next = C.lru_head;
-    if (C.lru_head)
-        C.lru_head->lru_prev = e;
+    e->lru_next = mr_cache.lru_head;
+    if (mr_cache.lru_head)
+        mr_cache.lru_head->lru_prev = e;
     else
-        C.lru_tail = e;
-    C.lru_head = e;
-    C.lru_len++;
+        mr_cache.lru_tail = e;
+    mr_cache.lru_head = e;
+    mr_cache.lru_len++;
 }
 
 static void hash_unlink(struct mr_ent *e)
 {
-    struct mr_ent **pp = &C.buckets[bucket_of(e->start)];
+    struct mr_ent **pp = &mr_cache.buckets[bucket_of(e->start)];
     while (*pp != e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
-    C.st.live--;
+    mr_cache.st.live--;
 }
 
 static struct mr_ent *lookup(uintptr_t start, uintptr_t end)
 {
-    for (struct mr_ent *e = C.buckets[bucket_of(start)]; e; e = e->hnext)
+    for (struct mr_ent *e = mr_cache.buckets[bucket_of(start)]; e; e = e->hnext)
         if (e->start == start && e->end >= end)
             return e;
     return NULL;
@@ -117,55 +117,55 @@ static struct mr_ent *lookup(uintptr_t start, uintptr_t end)
 /* Takes a reference on e (lock held). */
 static void take(struct mr_ent *e)
 {
-    if (e->refs++ == 0 && C.keep_unreferenced)
+    if (e->refs++ == 0 && mr_cache.keep_unreferenced)
         lru_unlink(e);
 }
 
 int srv_mr_cache_init(struct srv_backend *be, const struct srv_backend_ops *ops)
 {
-    C.be = be;
-    C.ops = ops;
-    C.keep_unreferenced = !ops->mr_pins(be);
-    memset(C.buckets, 0, sizeof C.buckets);
-    C.lru_head = C.lru_tail = NULL;
-    C.lru_len = 0;
-    memset(&C.st, 0, sizeof C.st);
+    mr_cache.be = be;
+    mr_cache.ops = ops;
+    mr_cache.keep_unreferenced = !ops->mr_pins(be);
+    memset(mr_cache.buckets, 0, sizeof mr_cache.buckets);
+    mr_cache.lru_head = mr_cache.lru_tail = NULL;
+    mr_cache.lru_len = 0;
+    memset(&mr_cache.st, 0, sizeof mr_cache.st);
     return MPIV_SUCCESS;
 }
 
 void srv_mr_cache_fini(void)
 {
     for (size_t b = 0; b < SRV_MR_BUCKETS; b++) {
-        struct mr_ent *e = C.buckets[b];
+        struct mr_ent *e = mr_cache.buckets[b];
         while (e) {
             struct mr_ent *next = e->hnext;
             if (e->refs)
                 util_log_warn("server: registration of %p (%zu bytes) still referenced at "
                               "finalize",
                               (void *)e->start, (size_t)(e->end - e->start));
-            C.ops->mr_dereg(C.be, e->handle);
-            C.st.deregs++;
+            mr_cache.ops->mr_dereg(mr_cache.be, e->handle);
+            mr_cache.st.deregs++;
             free(e);
             e = next;
         }
-        C.buckets[b] = NULL;
+        mr_cache.buckets[b] = NULL;
     }
-    C.lru_head = C.lru_tail = NULL;
-    C.lru_len = 0;
-    C.st.live = 0;
-    C.be = NULL;
+    mr_cache.lru_head = mr_cache.lru_tail = NULL;
+    mr_cache.lru_len = 0;
+    mr_cache.st.live = 0;
+    mr_cache.be = NULL;
 }
 
 void srv_mr_cache_stats(struct srv_mr_stats *st)
 {
-    util_spin_lock(&C.lock);
-    *st = C.st;
-    util_spin_unlock(&C.lock);
+    util_spin_lock(&mr_cache.lock);
+    *st = mr_cache.st;
+    util_spin_unlock(&mr_cache.lock);
 }
 
 int srv_mr_get(void *buf, size_t len, srv_mr **mr)
 {
-    if (!C.be)
+    if (!mr_cache.be)
         return util_err(MPIV_ERR_STATE, "server: registration before srv_init");
     if (!buf || !mr)
         return util_err(MPIV_ERR_ARG, "srv_mr_get: NULL buffer or result");
@@ -173,21 +173,21 @@ int srv_mr_get(void *buf, size_t len, srv_mr **mr)
         len = 1; /* a zero-length region still needs a key */
     uintptr_t start = (uintptr_t)buf, end = start + len;
 
-    util_spin_lock(&C.lock);
+    util_spin_lock(&mr_cache.lock);
     struct mr_ent *e = lookup(start, end);
     if (e) {
         take(e);
-        C.st.hits++;
-        util_spin_unlock(&C.lock);
+        mr_cache.st.hits++;
+        util_spin_unlock(&mr_cache.lock);
         *mr = &e->mr;
         return MPIV_SUCCESS;
     }
-    util_spin_unlock(&C.lock);
+    util_spin_unlock(&mr_cache.lock);
 
     struct mr_ent *n = calloc(1, sizeof *n);
     if (!n)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for a registration");
-    int rc = C.ops->mr_reg(C.be, buf, len, &n->mr, &n->handle);
+    int rc = mr_cache.ops->mr_reg(mr_cache.be, buf, len, &n->mr, &n->handle);
     if (rc) {
         free(n);
         return rc;
@@ -196,24 +196,24 @@ int srv_mr_get(void *buf, size_t len, srv_mr **mr)
     n->end = end;
     n->refs = 1;
 
-    util_spin_lock(&C.lock);
-    C.st.regs++;
+    util_spin_lock(&mr_cache.lock);
+    mr_cache.st.regs++;
     e = lookup(start, end);
     if (e) { /* another thread registered it meanwhile: use theirs */
         take(e);
-        C.st.hits++;
-        C.st.deregs++;
-        util_spin_unlock(&C.lock);
-        C.ops->mr_dereg(C.be, n->handle);
+        mr_cache.st.hits++;
+        mr_cache.st.deregs++;
+        util_spin_unlock(&mr_cache.lock);
+        mr_cache.ops->mr_dereg(mr_cache.be, n->handle);
         free(n);
         *mr = &e->mr;
         return MPIV_SUCCESS;
     }
     size_t b = bucket_of(start);
-    n->hnext = C.buckets[b];
-    C.buckets[b] = n;
-    C.st.live++;
-    util_spin_unlock(&C.lock);
+    n->hnext = mr_cache.buckets[b];
+    mr_cache.buckets[b] = n;
+    mr_cache.st.live++;
+    util_spin_unlock(&mr_cache.lock);
     *mr = &n->mr;
     return MPIV_SUCCESS;
 }
@@ -223,14 +223,14 @@ void srv_mr_put(srv_mr *mr)
     if (!mr)
         return;
     struct mr_ent *e = (struct mr_ent *)mr, *victim = NULL;
-    util_spin_lock(&C.lock);
+    util_spin_lock(&mr_cache.lock);
     if (e->refs <= 0)
         util_fatal("srv_mr_put: registration of %p put more often than got", (void *)e->start);
     if (--e->refs == 0) {
-        if (C.keep_unreferenced) {
+        if (mr_cache.keep_unreferenced) {
             lru_push(e);
-            if (C.lru_len > SRV_MR_LRU_MAX) {
-                victim = C.lru_tail;
+            if (mr_cache.lru_len > SRV_MR_LRU_MAX) {
+                victim = mr_cache.lru_tail;
                 lru_unlink(victim);
                 hash_unlink(victim);
             }
@@ -239,11 +239,11 @@ void srv_mr_put(srv_mr *mr)
             hash_unlink(e);
         }
         if (victim)
-            C.st.deregs++;
+            mr_cache.st.deregs++;
     }
-    util_spin_unlock(&C.lock);
+    util_spin_unlock(&mr_cache.lock);
     if (victim) {
-        C.ops->mr_dereg(C.be, victim->handle);
+        mr_cache.ops->mr_dereg(mr_cache.be, victim->handle);
         free(victim);
     }
 }
