@@ -52,6 +52,9 @@
 #define IBV_SIGNAL_INTERVAL 32
 #define IBV_INLINE_WANT 256
 #define IBV_PORT 1
+/* One RDMA write at most: verbs lengths are 32-bit and some devices take
+ * less than 2^31; a power of two keeps the core's pieces aligned. */
+#define IBV_MAX_WRITE ((size_t)1 << 30)
 
 enum { WR_PEER = 0, WR_SEND = 1, WR_RECV = 2, WR_OP = 3 };
 
@@ -78,6 +81,7 @@ struct srv_backend {
     union ibv_gid gid;
     uint16_t lid;
     int mtu; /* enum ibv_mtu of our port */
+    size_t max_write; /* min(IBV_MAX_WRITE, the port's max_msg_sz) */
     bool is_ib;
     struct ibv_mr *pool_mr;
     size_t data_size;
@@ -216,6 +220,9 @@ static int vb_init(const struct util_config *cfg, int rank, int size, struct srv
     be->is_ib = pa.link_layer == IBV_LINK_LAYER_INFINIBAND;
     be->lid = pa.lid;
     be->mtu = (int)pa.active_mtu;
+    be->max_write = IBV_MAX_WRITE;
+    if (pa.max_msg_sz > 0 && pa.max_msg_sz < be->max_write)
+        be->max_write = pa.max_msg_sz;
     if ((rc = pick_gid(be, cfg, &pa)))
         goto fail;
 
@@ -508,10 +515,13 @@ static int vb_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
         .imm_data = htonl(op->imm),
         .wr.rdma = {.remote_addr = op->raddr, .rkey = (uint32_t)op->rkey},
     };
-    if (op->len > UINT32_MAX)
-        return util_err(MPIV_ERR_ARG, "verbs: RDMA write of %zu bytes (at most 4 GiB)", op->len);
+    if (op->len > be->max_write)
+        return util_err(MPIV_ERR_ARG, "verbs: RDMA write of %zu bytes to rank %d (at most %zu)",
+                        op->len, op->peer, be->max_write);
     return post_on(be, op->peer, &wr, true, &op->be[0], "RDMA write");
 }
+
+static size_t vb_max_write(struct srv_backend *be) { return be->max_write; }
 
 static void give_credits(struct srv_backend *be, int peer, void *batch)
 {
@@ -587,13 +597,20 @@ static int vb_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
             break;
         }
         case WR_RECV: {
+            /* The source is the QP the data came in on, the length what
+             * the device wrote: never anything the packet says. */
             int src = qpn_find(be, w->qp_num);
             e->p = ptr;
             e->src = src;
             e->len = w->byte_len;
             /* a failed receive breaks the QP it arrived on as well */
             e->err = srv_ibv_wc_error((int)w->status, peer_failed(be, src, &none), &first);
-            if (e->err) {
+            if (!e->err && src < 0) {
+                /* not one of our connections: the packet only goes back */
+                util_log_error("verbs: completion on unknown QP %u dropped", w->qp_num);
+                e->kind = SRV_CQE_RECV;
+                e->err = MPIV_ERR_NET;
+            } else if (e->err) {
                 e->kind = SRV_CQE_RECV;
                 if (w->status != IBV_WC_WR_FLUSH_ERR)
                     util_log_error("verbs: receive from rank %d failed: %s", src,
@@ -644,6 +661,7 @@ const struct srv_backend_ops srv_ibv_ops = {
     .post_send = vb_post_send,
     .post_recv = vb_post_recv,
     .rdma_write_imm = vb_rdma_write_imm,
+    .max_write = vb_max_write,
     .mr_reg = vb_mr_reg,
     .mr_dereg = vb_mr_dereg,
     .poll = vb_poll,

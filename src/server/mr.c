@@ -21,7 +21,9 @@
  *        munmap/brk interception or userfaultfd monitoring; we do neither.
  *        The cost: a loop that sends one buffer, waits, and sends it again
  *        registers it each time (a few µs per small buffer) unless the
- *        operations overlap.
+ *        operations overlap. MPIv's shm backend says it pins too: its
+ *        registrations are the ranges an incoming CHUNK may land in, and
+ *        an unreferenced one may be memory the user has freed.
  *      * Backends whose "registration" only names virtual addresses that
  *        the provider resolves at transfer time (libfabric shm, tcp, udp,
  *        sockets: ops->mr_pins() is false) keep up to SRV_MR_LRU_MAX

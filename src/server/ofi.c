@@ -6,9 +6,14 @@
  *  - Ranks are fi_addr_t values: addresses are inserted into an FI_AV_TABLE
  *    in rank order, so rank r is fi_addr r (checked at insertion).
  *  - A packet travels with fi_senddata, whose remote CQ data is the sender's
- *    rank: the receiver learns the source without FI_SOURCE (which costs a
- *    reverse address lookup on rxm). Packets up to inject_size go with
- *    fi_injectdata and are free as soon as the call returns.
+ *    rank. The source a completion reports to the core is the transport's,
+ *    never that claim: with FI_SOURCE (shm, tcp;ofi_rxm grant it) the CQ is
+ *    read with fi_cq_readfrom and the fi_addr is the rank; a completion
+ *    whose fi_addr is out of range or disagrees with the CQ data is
+ *    dropped, logged and counted. Only a provider without FI_SOURCE makes
+ *    us take the CQ data as the source (said once at start-up). Packets up
+ *    to inject_size go with fi_injectdata and are free as soon as the call
+ *    returns.
  *  - An RDMA write with immediate is fi_writedata with CQ data
  *    (writer's rank << 32 | imm); the target's CQ reports it with
  *    FI_REMOTE_CQ_DATA without consuming a receive buffer (we do not accept
@@ -20,6 +25,10 @@
  *    target's memory) a 16-byte inject {imm, len} whose CQ data is the
  *    rank with OFI_NOTE_BIT set; the target turns that receive into the
  *    immediate. It costs one more one-way message, only on such providers.
+ *    The length such an immediate reports is the writer's (no one else
+ *    knows it); a notification that is not exactly 16 bytes is dropped. An
+ *    announcement that cannot be sent fails the write's own completion
+ *    (MPIV_ERR_NET): the bytes are there, but the target will never know.
  *  - Operation contexts: a packet's srv_ctx[0..3] is its struct fi_context
  *    (FI_CONTEXT providers); srv_ctx[4] says whether it was posted as a
  *    send or a receive, which error completions need. Providers that ask
@@ -35,7 +44,9 @@
  *  - The endpoint is FI_THREAD_SAFE: any thread may post; only the thread
  *    holding the core's progress lock reads the CQ.
  */
+#include <dlfcn.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +60,17 @@
 
 #include "boot/boot.h"
 #include "server/srv_int.h"
+#include "server/srv_ratelimit.h"
+#include "server/srv_test_hooks.h"
 
 #define OFI_VERSION FI_VERSION(1, 9)
 #define OFI_ADDR_MAX 120 /* bytes of an endpoint name we accept */
 
 enum { OFI_POSTED_SEND = 1, OFI_POSTED_RECV = 2 };
 #define OFI_NOTE_BIT (1ull << 63)
+/* One RDMA write at most (the core splits longer ones); a power of two
+ * keeps the pieces aligned. */
+#define OFI_MAX_WRITE ((size_t)1 << 30)
 
 struct srv_backend {
     int rank, size;
@@ -78,6 +94,10 @@ struct srv_backend {
     _Atomic uint64_t next_key;
     bool notify;                      /* writes announced by a message    */
     struct srv_rdma_op *note_pending; /* notifications not injected yet  */
+    bool source;                      /* FI_SOURCE: fi_cq_readfrom names the peer */
+    size_t max_write;                 /* min(OFI_MAX_WRITE, max_msg_size) */
+    struct srv_ratelimit drops;       /* completions dropped as malformed */
+    int fail_notes;                   /* test hook: announcements to fail */
 };
 
 static int ofi_fail(const char *what, int fi_rc)
@@ -109,6 +129,57 @@ static pkt_t *ctx_pkt(struct srv_backend *be, void *ctx)
         return (pkt_t *)(c - offsetof(pkt_t, srv_ctx));
     return NULL;
 }
+
+/* --- foreign signal handlers ----------------------------------------------- */
+
+/* Whether fn lives in the psm provider's libraries (libinfinipath, libpsm*). */
+static bool psm_owns(void *fn)
+{
+    Dl_info di;
+    if (!fn || !dladdr(fn, &di) || !di.dli_fname)
+        return false;
+    const char *base = strrchr(di.dli_fname, '/');
+    base = base ? base + 1 : di.dli_fname;
+    return strncmp(base, "libinfinipath", 13) == 0 || strncmp(base, "libpsm", 6) == 0;
+}
+
+/*
+ * libfabric links the psm provider, whose libinfinipath installs handlers
+ * for SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGINT and SIGTERM from its
+ * constructor, before main: they print a backtrace and exit(1), so a rank
+ * that crashes or is terminated is reported as "exited with status 1" and
+ * leaves no core. Unless the user set IPATH_NO_BACKTRACE (which makes the
+ * library install none), every handler that lives in those libraries goes
+ * back to the default action: here when libmpiv loads (the ELF loader has
+ * run its dependencies' constructors by then), and again after fi_getinfo,
+ * which may dlopen more providers. IPATH_NO_BACKTRACE=1 is exported so that
+ * a copy loaded later, or in a child, installs nothing.
+ */
+static void ofi_drop_psm_handlers(void)
+{
+    static bool user_set, checked;
+    if (!checked) {
+        checked = true;
+        user_set = getenv("IPATH_NO_BACKTRACE") != NULL;
+        if (!user_set)
+            setenv("IPATH_NO_BACKTRACE", "1", 0);
+    }
+    if (user_set)
+        return;
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
+            continue;
+        void *fn = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+        if (fn == (void *)SIG_DFL || fn == (void *)SIG_IGN || !psm_owns(fn))
+            continue;
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, NULL);
+    }
+}
+
+__attribute__((constructor)) static void ofi_at_load(void) { ofi_drop_psm_handlers(); }
 
 /* --- init ------------------------------------------------------------------ */
 
@@ -148,7 +219,7 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
         return util_err(MPIV_ERR_NO_RESOURCES, "ofi: fi_allocinfo failed");
     }
     hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_MSG | FI_RMA;
+    hints->caps = FI_MSG | FI_RMA | FI_SOURCE;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->mr_mode =
         FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
@@ -160,7 +231,13 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     hints->fabric_attr->prov_name = strdup(be->prov);
 
     rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
+    if (rc == -FI_ENODATA) {
+        /* FI_SOURCE is a secondary capability: retry without it */
+        hints->caps &= ~FI_SOURCE;
+        rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
+    }
     fi_freeinfo(hints);
+    ofi_drop_psm_handlers();
     if (rc) {
         rc = util_err(MPIV_ERR_NET,
                       "libfabric provider '%s' offers no reliable-datagram endpoint with "
@@ -181,6 +258,14 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     be->mr_mode = fi->domain_attr->mr_mode;
     be->inject_size = fi->tx_attr->inject_size;
     be->ctx2 = (fi->mode & FI_CONTEXT2) != 0;
+    be->source = (fi->caps & FI_SOURCE) != 0;
+    be->max_write = OFI_MAX_WRITE;
+    if (fi->ep_attr->max_msg_size && fi->ep_attr->max_msg_size < be->max_write)
+        be->max_write = fi->ep_attr->max_msg_size;
+    if (!be->source)
+        util_log_warn("ofi: provider %s cannot name a message's source (no FI_SOURCE); the "
+                      "sender's rank in the CQ data is trusted",
+                      fi->fabric_attr->prov_name);
     util_log_info("ofi: provider %s, fabric %s, domain %s, mr_mode 0x%" PRIx64
                   ", inject %zu, mode 0x%" PRIx64,
                   fi->fabric_attr->prov_name, fi->fabric_attr->name, fi->domain_attr->name,
@@ -432,8 +517,13 @@ static int ofi_post_recv(struct srv_backend *be, pkt_t *p)
     return util_err(MPIV_ERR_NET, "libfabric fi_recv: %s", fi_strerror((int)-rc));
 }
 
+static size_t ofi_max_write(struct srv_backend *be) { return be->max_write; }
+
 static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
 {
+    if (op->len > be->max_write)
+        return util_err(MPIV_ERR_ARG, "libfabric RDMA write of %zu bytes to rank %d (at most %zu)",
+                        op->len, op->peer, be->max_write);
     if (be->notify) {
         struct iovec iov = {.iov_base = (void *)op->buf, .iov_len = op->len};
         void *desc = op->desc;
@@ -474,7 +564,9 @@ static int ofi_read_error(struct srv_backend *be, struct srv_cqe *ev)
     const char *prov = fi_cq_strerror(be->cq, e.prov_errno, e.err_data, buf, sizeof buf);
     pkt_t *p = ctx_pkt(be, e.op_context);
     memset(ev, 0, sizeof *ev);
-    ev->err = e.err == FI_ECANCELED ? MPIV_ERR_STATE : MPIV_ERR_NET;
+    /* A cancelled operation (the endpoint closing) did not happen either:
+     * to the core it is a failed one like any other. */
+    ev->err = MPIV_ERR_NET;
     if (p && p->srv_ctx[4] == (void *)(uintptr_t)OFI_POSTED_RECV) {
         ev->kind = SRV_CQE_RECV;
         ev->p = p;
@@ -494,95 +586,182 @@ static int ofi_read_error(struct srv_backend *be, struct srv_cqe *ev)
         util_log_error("ofi: RDMA write of %zu bytes to rank %d failed: %s (%s)", op->len,
                        op->peer, fi_strerror(e.err), prov);
     } else {
-        /* An incoming RDMA write that failed: nothing of ours to return. */
+        /* An incoming RDMA write that failed here: the writer's own
+         * completion fails too and its protocol tells ours; the error entry
+         * names no source we could trust, so nothing goes to the core. */
         util_log_error("ofi: remote operation failed: %s (%s)", fi_strerror(e.err), prov);
         return 0;
     }
     return 1;
 }
 
-/* Announces a delivered write to its target; false if it must wait. */
-static bool ofi_notify(struct srv_backend *be, struct srv_rdma_op *op)
+/* Announces a delivered write to its target: MPIV_SUCCESS, SRV_AGAIN, or
+ * MPIV_ERR_NET (logged) — then the target never hears of the write, and the
+ * write's completion must say so. */
+static int ofi_notify(struct srv_backend *be, struct srv_rdma_op *op)
 {
     ssize_t rc = fi_injectdata(be->ep, op->note, sizeof op->note,
                                (uint64_t)be->rank | OFI_NOTE_BIT, (fi_addr_t)op->peer);
+    if (util_unlikely(be->fail_notes > 0) && rc == 0) {
+        be->fail_notes--;
+        rc = -FI_EIO; /* the peer got it, but this is the path under test */
+    }
     if (rc == -FI_EAGAIN)
-        return false;
-    if (rc)
-        util_log_error("ofi: announcing a write to rank %d: %s", op->peer,
+        return SRV_AGAIN;
+    if (rc) {
+        util_log_error("ofi: announcing a write of %zu bytes to rank %d: %s", op->len, op->peer,
                        fi_strerror((int)-rc));
-    return true;
+        return MPIV_ERR_NET;
+    }
+    return MPIV_SUCCESS;
+}
+
+/* The source of an incoming completion, as the transport knows it: the
+ * fi_addr (rank r is fi_addr r) when the provider names one; the rank the
+ * sender put in the CQ data (`claim`, -1 if none) must agree with it. -1
+ * for a completion whose source is unknown or contradicts itself. */
+static int ofi_source(struct srv_backend *be, fi_addr_t from, int64_t claim)
+{
+    if (be->source && from != FI_ADDR_NOTAVAIL) {
+        if (from >= (fi_addr_t)be->size || (claim >= 0 && claim != (int64_t)from))
+            return -1;
+        return (int)from;
+    }
+    /* no FI_SOURCE (warned at init), or none for this completion */
+    return claim >= 0 && claim < be->size ? (int)claim : -1;
+}
+
+/* Counts a malformed completion and logs it, rate-limited. */
+static void ofi_dropped(struct srv_backend *be, const char *what, fi_addr_t from, uint64_t data,
+                        size_t len)
+{
+    uint64_t quiet;
+    if (srv_ratelimit_hit(&be->drops, &quiet))
+        util_log_error("ofi: dropped %s (fi_addr %" PRIu64 ", CQ data 0x%" PRIx64 ", %zu bytes): "
+                       "source unknown or inconsistent; %" PRIu64 " dropped in all, %" PRIu64
+                       " not logged",
+                       what, (uint64_t)from, data, len, be->drops.count, quiet);
+}
+
+/* Turns one successful completion into *e; false if it yields none. */
+static bool ofi_complete(struct srv_backend *be, const struct fi_cq_data_entry *c, fi_addr_t from,
+                         struct srv_cqe *e)
+{
+    memset(e, 0, sizeof *e);
+    bool cq_data = (c->flags & FI_REMOTE_CQ_DATA) != 0;
+    if (c->flags & FI_REMOTE_WRITE) {
+        e->kind = SRV_CQE_IMM;
+        e->src = ofi_source(be, from, cq_data ? (int64_t)(c->data >> 32) : -1);
+        e->imm = (uint32_t)c->data;
+        e->len = c->len;
+        if (e->src < 0 || !cq_data) {
+            ofi_dropped(be, "an RDMA write", from, c->data, c->len);
+            return false;
+        }
+        return true;
+    }
+    if ((c->flags & FI_RECV) && cq_data && (c->data & OFI_NOTE_BIT)) {
+        /* a write announced by message: the receive packet goes back */
+        uint64_t note[2];
+        e->kind = SRV_CQE_IMM;
+        e->p = ctx_pkt(be, c->op_context);
+        e->src = ofi_source(be, from, (int64_t)(uint32_t)c->data);
+        if (e->src < 0 || c->len != sizeof note) {
+            ofi_dropped(be, "a write notification", from, c->data, c->len);
+            e->err = MPIV_ERR_NET; /* only the packet goes back */
+            e->src = -1;
+            return true;
+        }
+        /* The writer's backend is the only one that knows the length. */
+        memcpy(note, e->p->data, sizeof note);
+        e->imm = (uint32_t)note[0];
+        e->len = (size_t)note[1];
+        return true;
+    }
+    if (c->flags & FI_RECV) {
+        e->kind = SRV_CQE_RECV;
+        e->p = ctx_pkt(be, c->op_context);
+        e->len = c->len;
+        e->src = ofi_source(be, from, cq_data ? (int64_t)(uint32_t)c->data : -1);
+        if (e->src < 0) {
+            ofi_dropped(be, "a message", from, c->data, c->len);
+            e->err = MPIV_ERR_NET; /* the core puts the packet back */
+        }
+        return true;
+    }
+    if (c->flags & FI_SEND) {
+        e->kind = SRV_CQE_SEND;
+        e->p = ctx_pkt(be, c->op_context);
+        e->src = e->p->peer;
+        return true;
+    }
+    if (c->flags & (FI_WRITE | FI_RMA)) {
+        struct srv_rdma_op *op = c->op_context;
+        e->kind = SRV_CQE_WRITE;
+        e->op = op;
+        e->src = op->peer;
+        if (be->notify) {
+            int rc = ofi_notify(be, op);
+            if (rc == SRV_AGAIN) {
+                op->qnext = (uintptr_t)be->note_pending; /* order does not matter */
+                be->note_pending = op;
+                return false;
+            }
+            e->err = rc;
+        }
+        return true;
+    }
+    util_log_warn("ofi: completion with unexpected flags 0x%" PRIx64, (uint64_t)c->flags);
+    return false;
 }
 
 static int ofi_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
 {
     struct fi_cq_data_entry ent[32];
+    fi_addr_t from[32];
     if (max > 32)
         max = 32;
     int out = 0;
     while (be->note_pending && out < max) {
         struct srv_rdma_op *op = be->note_pending;
-        if (!ofi_notify(be, op))
+        int rc = ofi_notify(be, op);
+        if (rc == SRV_AGAIN)
             break;
         be->note_pending = (struct srv_rdma_op *)op->qnext;
-        memset(&ev[out], 0, sizeof ev[out]);
-        ev[out].kind = SRV_CQE_WRITE;
-        ev[out].op = op;
-        out++;
+        ev[out++] = (struct srv_cqe){.kind = SRV_CQE_WRITE, .err = rc, .src = op->peer, .op = op};
     }
     if (out == max)
         return out;
-    ssize_t n = fi_cq_read(be->cq, ent, (size_t)(max - out));
+    ssize_t n = be->source ? fi_cq_readfrom(be->cq, ent, (size_t)(max - out), from)
+                           : fi_cq_read(be->cq, ent, (size_t)(max - out));
     if (n == -FI_EAGAIN)
         return out;
     if (n == -FI_EAVAIL)
         return out ? out : ofi_read_error(be, ev);
     if (n < 0)
         return out ? out : -ofi_fail("fi_cq_read", (int)n);
-    for (ssize_t i = 0; i < n; i++) {
-        struct fi_cq_data_entry *c = &ent[i];
-        struct srv_cqe *e = &ev[out++];
-        memset(e, 0, sizeof *e);
-        if (c->flags & FI_REMOTE_WRITE) {
-            e->kind = SRV_CQE_IMM;
-            e->src = (int)(c->data >> 32);
-            e->imm = (uint32_t)c->data;
-            e->len = c->len;
-        } else if ((c->flags & FI_RECV) && (c->flags & FI_REMOTE_CQ_DATA) &&
-                   (c->data & OFI_NOTE_BIT)) {
-            /* a write announced by message: the receive packet goes back */
-            uint64_t note[2];
-            e->kind = SRV_CQE_IMM;
-            e->p = ctx_pkt(be, c->op_context);
-            memcpy(note, e->p->data, sizeof note);
-            e->src = (int)(uint32_t)c->data;
-            e->imm = (uint32_t)note[0];
-            e->len = (size_t)note[1];
-        } else if (c->flags & FI_RECV) {
-            e->kind = SRV_CQE_RECV;
-            e->p = ctx_pkt(be, c->op_context);
-            e->len = c->len;
-            e->src = (c->flags & FI_REMOTE_CQ_DATA) ? (int)c->data : -1;
-        } else if (c->flags & FI_SEND) {
-            e->kind = SRV_CQE_SEND;
-            e->p = ctx_pkt(be, c->op_context);
-        } else if (c->flags & (FI_WRITE | FI_RMA)) {
-            struct srv_rdma_op *op = c->op_context;
-            if (be->notify && !ofi_notify(be, op)) {
-                op->qnext = (uintptr_t)be->note_pending; /* order does not matter */
-                be->note_pending = op;
-                out--;
-                continue;
-            }
-            e->kind = SRV_CQE_WRITE;
-            e->op = op;
-        } else {
-            out--;
-            util_log_warn("ofi: completion with unexpected flags 0x%" PRIx64, (uint64_t)c->flags);
-        }
-    }
+    for (ssize_t i = 0; i < n; i++)
+        if (ofi_complete(be, &ent[i], be->source ? from[i] : FI_ADDR_NOTAVAIL, &ev[out]))
+            out++;
     return out;
 }
+
+/* --- test hooks (srv_test_hooks.h) ------------------------------------------ */
+
+void srv_ofi_test_set_notify(struct srv_backend *be, bool on) { be->notify = on; }
+
+void srv_ofi_test_fail_notes(struct srv_backend *be, int n) { be->fail_notes = n; }
+
+int srv_ofi_test_send_data(struct srv_backend *be, pkt_t *p, int peer, uint64_t data)
+{
+    ssize_t rc = fi_senddata(be->ep, p->data, p->len, be->pool_desc, data, (fi_addr_t)peer,
+                             pkt_ctx(be, p, OFI_POSTED_SEND));
+    if (rc == 0)
+        return MPIV_SUCCESS;
+    return rc == -FI_EAGAIN ? SRV_AGAIN : ofi_fail("fi_senddata", (int)rc);
+}
+
+uint64_t srv_ofi_test_dropped(struct srv_backend *be) { return be->drops.count; }
 
 static void ofi_finalize(struct srv_backend *be)
 {
@@ -613,6 +792,7 @@ const struct srv_backend_ops srv_ofi_ops = {
     .post_send = ofi_post_send,
     .post_recv = ofi_post_recv,
     .rdma_write_imm = ofi_rdma_write_imm,
+    .max_write = ofi_max_write,
     .mr_reg = ofi_mr_reg,
     .mr_dereg = ofi_mr_dereg,
     .poll = ofi_poll,

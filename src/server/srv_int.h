@@ -90,6 +90,9 @@ struct srv_backend_ops {
     int (*post_send)(struct srv_backend *be, pkt_t *p, int peer);
     int (*post_recv)(struct srv_backend *be, pkt_t *p);
     int (*rdma_write_imm)(struct srv_backend *be, struct srv_rdma_op *op);
+    /* The largest len one rdma_write_imm accepts (valid after init): the
+     * core splits longer writes; a longer one is refused with MPIV_ERR_ARG. */
+    size_t (*max_write)(struct srv_backend *be);
     /* Registers [buf, buf+len) for local use and remote writes; fills the
      * srv_mr (rkey, raddr, base, desc) and *handle (for mr_dereg). */
     int (*mr_reg)(struct srv_backend *be, void *buf, size_t len, srv_mr *mr, void **handle);

@@ -1,0 +1,46 @@
+/*
+ * srv_test_hooks.h — fault injection into the backends, for the server's
+ * tests only (tests/server/test_srv_backends.c): forged input that a faulty
+ * or hostile peer could produce, and failures that a healthy machine does
+ * not produce on demand. Nothing in the library calls these.
+ */
+#ifndef MPIV_SERVER_SRV_TEST_HOOKS_H
+#define MPIV_SERVER_SRV_TEST_HOOKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pktpool/pktpool.h"
+
+struct srv_backend;
+
+/* shm: writes one raw cell (kind 1 MSG, 2 CHUNK, 3 IMM: shm.c's enum
+ * shm_kind; anything else is what a broken peer could write) into our
+ * ring at `peer` (kind, len, raddr and
+ * imm as given, then n bytes of data, cut to a cell), as a sender that
+ * ignores every rule would. MPIV_SUCCESS, or SRV_AGAIN when the ring is
+ * full. */
+int srv_shm_test_put_cell(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
+                          uint64_t raddr, uint32_t imm, const void *data, size_t n);
+/* shm: cells dropped as malformed so far. */
+uint64_t srv_shm_test_dropped(struct srv_backend *be);
+/* shm: the checks a peer's segment passes before it is mapped, on the
+ * shm_open name `name`; MPIV_SUCCESS or the error naming what is wrong. */
+int srv_shm_test_open_segment(struct srv_backend *be, const char *name);
+/* shm: the size every rank's segment has. */
+size_t srv_shm_test_segment_size(struct srv_backend *be);
+
+/* ofi: announce RDMA writes by message (as on providers that do not report
+ * a remote write's length) whatever the probe found. */
+void srv_ofi_test_set_notify(struct srv_backend *be, bool on);
+/* ofi: the next `n` write announcements fail as if the provider refused
+ * them. */
+void srv_ofi_test_fail_notes(struct srv_backend *be, int n);
+/* ofi: sends p->len bytes of p with `data` as its remote CQ data (the
+ * sender's claimed rank, or a forged one); returns as post_send does. */
+int srv_ofi_test_send_data(struct srv_backend *be, pkt_t *p, int peer, uint64_t data);
+/* ofi: completions dropped as malformed so far. */
+uint64_t srv_ofi_test_dropped(struct srv_backend *be);
+
+#endif

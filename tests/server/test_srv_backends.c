@@ -1,0 +1,457 @@
+/*
+ * test_srv_backends.c — the backends driven directly (no server thread),
+ * one rank talking to itself, with faults injected: what a backend reports
+ * when an operation fails, where the source and length of an arrival come
+ * from, and what a forged shm cell can (not) do.
+ *
+ *  - shm: CHUNK cells outside every live registration, straddling one,
+ *    longer than a cell, wrapping around the address space, or aimed at a
+ *    range deregistered before; MSG cells longer than a cell; unknown
+ *    kinds: all dropped and counted, nothing written outside the registered
+ *    buffer, the ring moves on, and the write they belonged to completes
+ *    with an error at the target;
+ *  - shm: a write to this rank outside every registration fails; a write
+ *    longer than max_write is refused; a peer segment of another mode or
+ *    size is refused before it is mapped;
+ *  - ofi: a write with a bad key and a failed write announcement complete
+ *    with an error; a message whose CQ data claims another rank is dropped
+ *    (the source is the transport's); max_write;
+ *  - the psm provider's libraries left no signal handler of theirs behind.
+ *
+ * Each test runs in a fork of its own (Check's default), so a backend that
+ * writes where it must not fails the test instead of the whole suite.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pktpool/pktpool.h"
+#include "boot/boot.h"
+#include "server/srv_int.h"
+#include "common/check_main.h"
+#include "server/srv_test_hooks.h"
+#include "util/util.h"
+
+enum { CELL_MSG = 1, CELL_CHUNK = 2, CELL_IMM = 3 }; /* shm.c's enum shm_kind */
+
+static struct util_config cfg;
+static struct pkt_pool *pool;
+static const struct srv_backend_ops *ops;
+static struct srv_backend *be;
+static int nposted;
+
+static void up(const struct srv_backend_ops *o)
+{
+    int rank, size;
+    ck_assert_int_eq(util_config_load(&cfg), MPIV_SUCCESS);
+    ck_assert_int_eq(pkt_pool_create(&pool, 64, (size_t)cfg.packet_size, 1), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
+    ck_assert_int_eq(size, 1);
+    ops = o;
+    int rc = ops->init(&cfg, 0, 1, &be);
+    if (rc == MPIV_SUCCESS)
+        rc = ops->reg_pool(be, pool);
+    if (rc == MPIV_SUCCESS)
+        rc = ops->exchange(be);
+    ck_assert_msg(rc == MPIV_SUCCESS, "%s: %s", o->name, mpiv_error_detail());
+    nposted = 0;
+    for (int i = 0; i < 16; i++) {
+        pkt_t *p = pkt_get(pool, 0);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(ops->post_recv(be, p), MPIV_SUCCESS);
+        nposted++;
+    }
+}
+
+static void down(void)
+{
+    ops->finalize(be);
+    be = NULL;
+}
+
+/* Polls until `want` completions came or 10 s passed (a hang guard),
+ * giving sent packets back; returns how many came. */
+static int poll_n(struct srv_cqe *ev, int max, int want)
+{
+    int n = 0;
+    uint64_t deadline = util_now_ns() + 10ull * 1000000000ull;
+    while (n < want && util_now_ns() < deadline) {
+        int k = ops->poll(be, ev + n, max - n);
+        ck_assert_int_ge(k, 0);
+        n += k;
+    }
+    return n;
+}
+
+/* Polls for `ms` milliseconds more: nothing may arrive. */
+static void poll_none(int ms)
+{
+    struct srv_cqe ev[8];
+    uint64_t end = util_now_ns() + (uint64_t)ms * 1000000ull;
+    while (util_now_ns() < end) {
+        int k = ops->poll(be, ev, 8);
+        ck_assert_int_ge(k, 0);
+        ck_assert_msg(k == 0, "unexpected completion kind %d err %d src %d", ev[0].kind,
+                      ev[0].err, ev[0].src);
+    }
+}
+
+static struct srv_rdma_op *new_op(const void *buf, size_t len, srv_mr *lmr, uint64_t raddr,
+                                  uint64_t rkey, uint32_t imm)
+{
+    struct srv_rdma_op *op = calloc(1, sizeof *op);
+    op->buf = buf;
+    op->len = len;
+    op->desc = lmr ? lmr->desc : NULL;
+    op->peer = 0;
+    op->imm = imm;
+    op->raddr = raddr;
+    op->rkey = rkey;
+    return op;
+}
+
+/* --- shm ----------------------------------------------------------------- */
+
+enum { PAGE = 4096 };
+
+START_TEST(test_shm_forged_cells)
+{
+    up(&srv_shm_ops);
+    size_t cell = pkt_data_size(pool);
+    /* three pages: only the middle one is registered */
+    unsigned char *region = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(region, MAP_FAILED);
+    memset(region, 0xEE, 3 * PAGE);
+    unsigned char *buf = region + PAGE;
+    srv_mr mr, gone_mr;
+    void *h, *gone_h;
+    ck_assert_int_eq(ops->mr_reg(be, buf, PAGE, &mr, &h), MPIV_SUCCESS);
+    /* a registration that ends before the cells arrive */
+    unsigned char *gone = malloc(PAGE);
+    memset(gone, 0xEE, PAGE);
+    ck_assert_int_eq(ops->mr_reg(be, gone, PAGE, &gone_mr, &gone_h), MPIV_SUCCESS);
+    ops->mr_dereg(be, gone_h);
+
+    unsigned char *junk = malloc(cell);
+    memset(junk, 0x5A, cell);
+    uint64_t b = (uint64_t)(uintptr_t)buf;
+    struct {
+        uint32_t kind, len;
+        uint64_t raddr;
+    } bad[] = {
+        {CELL_CHUNK, 32, b - 16},                             /* straddles the start   */
+        {CELL_CHUNK, 16, b + PAGE - 6},                       /* straddles the end     */
+        {CELL_CHUNK, (uint32_t)cell + 1, b},                  /* longer than a cell    */
+        {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region},        /* not registered        */
+        {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region + 2 * PAGE}, /* nor after it      */
+        {CELL_CHUNK, 16, UINT64_MAX - 8},                     /* wraps around          */
+        {CELL_CHUNK, 64, (uint64_t)(uintptr_t)gone},          /* deregistered          */
+        {77, 64, b},                                          /* unknown kind          */
+        {CELL_MSG, (uint32_t)cell + 1, 0},                    /* longer than a cell    */
+        {CELL_MSG, UINT32_MAX, 0},
+    };
+    size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t i = 0; i < nbad; i++)
+        ck_assert_int_eq(srv_shm_test_put_cell(be, 0, bad[i].kind, bad[i].len, bad[i].raddr, 0,
+                                               junk, cell),
+                         MPIV_SUCCESS);
+    /* then a good CHUNK, the IMM closing that (partly dropped) write, a
+     * clean write's IMM, and a message */
+    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_CHUNK, 50, b + 100, 0, junk, 50),
+                     MPIV_SUCCESS);
+    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_IMM, PAGE, 0, 0x1111, NULL, 0),
+                     MPIV_SUCCESS);
+    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_CHUNK, 8, b + 200, 0, junk, 8),
+                     MPIV_SUCCESS);
+    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_IMM, 8, 0, 0x2222, NULL, 0),
+                     MPIV_SUCCESS);
+    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_MSG, 10, 0, 0, "0123456789", 10),
+                     MPIV_SUCCESS);
+
+    struct srv_cqe ev[8];
+    ck_assert_int_eq(poll_n(ev, 8, 3), 3);
+    ck_assert_int_eq(ev[0].kind, SRV_CQE_IMM);
+    ck_assert_int_eq(ev[0].err, MPIV_ERR_NET); /* some of its bytes were refused */
+    ck_assert_uint_eq(ev[0].imm, 0x1111);
+    ck_assert_int_eq(ev[1].kind, SRV_CQE_IMM);
+    ck_assert_int_eq(ev[1].err, MPIV_SUCCESS);
+    ck_assert_uint_eq(ev[1].imm, 0x2222);
+    ck_assert_int_eq(ev[1].src, 0);
+    ck_assert_uint_eq(ev[1].len, 8);
+    ck_assert_int_eq(ev[2].kind, SRV_CQE_RECV);
+    ck_assert_int_eq(ev[2].err, MPIV_SUCCESS);
+    ck_assert_int_eq(ev[2].src, 0);
+    ck_assert_uint_eq(ev[2].len, 10);
+    ck_assert_mem_eq(ev[2].p->data, "0123456789", 10);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), nbad);
+
+    /* nothing outside the registered page, and inside only the good chunks */
+    for (size_t i = 0; i < 3 * PAGE; i++) {
+        size_t off = i - PAGE;
+        int in_good = i >= PAGE && ((off >= 100 && off < 150) || (off >= 200 && off < 208));
+        ck_assert_msg(region[i] == (in_good ? 0x5A : 0xEE), "byte %zd of the page: 0x%02x",
+                      (ssize_t)i - PAGE, region[i]);
+    }
+    for (size_t i = 0; i < PAGE; i++)
+        ck_assert_msg(gone[i] == 0xEE, "deregistered buffer written at %zu", i);
+    ops->mr_dereg(be, h);
+    free(junk);
+    free(gone);
+    munmap(region, 3 * PAGE);
+    down();
+}
+END_TEST
+
+START_TEST(test_shm_write_self_unregistered)
+{
+    up(&srv_shm_ops);
+    unsigned char *dst = malloc(PAGE), src[64];
+    memset(dst, 0xEE, PAGE);
+    memset(src, 0x5A, sizeof src);
+    struct srv_rdma_op *op = new_op(src, sizeof src, NULL, (uint64_t)(uintptr_t)dst, 0, 7);
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_SUCCESS);
+    struct srv_cqe ev[4];
+    ck_assert_int_eq(poll_n(ev, 4, 1), 1);
+    ck_assert_int_eq(ev[0].kind, SRV_CQE_WRITE);
+    ck_assert_ptr_eq(ev[0].op, op);
+    ck_assert_int_eq(ev[0].err, MPIV_ERR_NET);
+    ck_assert_int_eq(ev[0].src, 0);
+    poll_none(100); /* and no immediate */
+    for (size_t i = 0; i < PAGE; i++)
+        ck_assert_msg(dst[i] == 0xEE, "unregistered buffer written at %zu", i);
+    free(op);
+    free(dst);
+    down();
+}
+END_TEST
+
+START_TEST(test_shm_max_write)
+{
+    up(&srv_shm_ops);
+    ck_assert_uint_eq(ops->max_write(be), (size_t)1 << 30);
+    static unsigned char one;
+    struct srv_rdma_op *op = new_op(&one, ((size_t)1 << 30) + 1, NULL, 0, 0, 7);
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_ERR_ARG);
+    poll_none(50);
+    free(op);
+    down();
+}
+END_TEST
+
+START_TEST(test_shm_foreign_segment)
+{
+    up(&srv_shm_ops);
+    size_t len = srv_shm_test_segment_size(be);
+    char name[64];
+    snprintf(name, sizeof name, "/mpiv-test-%d", (int)getpid());
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fchmod(fd, 0600), 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+    ck_assert_int_eq(srv_shm_test_open_segment(be, name), MPIV_SUCCESS);
+    /* readable by others: someone else may have made it, or may read it */
+    ck_assert_int_eq(fchmod(fd, 0644), 0);
+    ck_assert_int_eq(srv_shm_test_open_segment(be, name), MPIV_ERR_NET);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "mode 0644"));
+    /* too short: mapping it would fault past its end */
+    ck_assert_int_eq(fchmod(fd, 0600), 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)len / 2), 0);
+    ck_assert_int_eq(srv_shm_test_open_segment(be, name), MPIV_ERR_NET);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "bytes"));
+    close(fd);
+    shm_unlink(name);
+    down();
+}
+END_TEST
+
+/* --- ofi ----------------------------------------------------------------- */
+
+/* Only where the provider checks keys: libfabric's shm provider (the
+ * default on one host) neither checks them nor reports a bad address. */
+START_TEST(test_ofi_write_bad_key)
+{
+    const char *prov = getenv("MPIV_OFI_PROVIDER");
+    if (!prov || strncmp(prov, "tcp", 3) != 0)
+        return;
+    up(&srv_ofi_ops);
+    unsigned char *src = calloc(1, PAGE), *dst = calloc(1, PAGE);
+    srv_mr smr, dmr;
+    void *sh, *dh;
+    ck_assert_int_eq(ops->mr_reg(be, src, PAGE, &smr, &sh), MPIV_SUCCESS);
+    ck_assert_int_eq(ops->mr_reg(be, dst, PAGE, &dmr, &dh), MPIV_SUCCESS);
+    struct srv_rdma_op *op = new_op(src, PAGE, &smr, dmr.raddr, dmr.rkey + 1000003, 7);
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_SUCCESS);
+    struct srv_cqe ev[4];
+    ck_assert_int_eq(poll_n(ev, 4, 1), 1);
+    ck_assert_int_eq(ev[0].kind, SRV_CQE_WRITE);
+    ck_assert_ptr_eq(ev[0].op, op);
+    ck_assert_int_ne(ev[0].err, MPIV_SUCCESS);
+    free(op);
+    ops->mr_dereg(be, sh);
+    ops->mr_dereg(be, dh);
+    free(src);
+    free(dst);
+    down();
+}
+END_TEST
+
+START_TEST(test_ofi_note_fails)
+{
+    up(&srv_ofi_ops);
+    srv_ofi_test_set_notify(be, true);
+    unsigned char *src = calloc(1, PAGE), *dst = calloc(1, PAGE);
+    srv_mr smr, dmr;
+    void *sh, *dh;
+    ck_assert_int_eq(ops->mr_reg(be, src, PAGE, &smr, &sh), MPIV_SUCCESS);
+    ck_assert_int_eq(ops->mr_reg(be, dst, PAGE, &dmr, &dh), MPIV_SUCCESS);
+    /* a good announced write first: the path works */
+    struct srv_rdma_op *op = new_op(src, PAGE, &smr, dmr.raddr, dmr.rkey, 0x77);
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_SUCCESS);
+    struct srv_cqe ev[8];
+    ck_assert_int_eq(poll_n(ev, 8, 2), 2);
+    int w = ev[0].kind == SRV_CQE_WRITE ? 0 : 1;
+    ck_assert_int_eq(ev[w].kind, SRV_CQE_WRITE);
+    ck_assert_int_eq(ev[w].err, MPIV_SUCCESS);
+    ck_assert_int_eq(ev[1 - w].kind, SRV_CQE_IMM);
+    ck_assert_int_eq(ev[1 - w].src, 0);
+    ck_assert_uint_eq(ev[1 - w].imm, 0x77);
+    ck_assert_uint_eq(ev[1 - w].len, PAGE);
+    ck_assert_int_eq(ops->post_recv(be, ev[1 - w].p), MPIV_SUCCESS);
+    /* then one whose announcement fails: its completion must say so */
+    srv_ofi_test_fail_notes(be, 1);
+    op->note[0] = op->note[1] = 0;
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_SUCCESS);
+    int n = poll_n(ev, 8, 1);
+    ck_assert_int_ge(n, 1);
+    ck_assert_int_eq(ev[0].kind, SRV_CQE_WRITE);
+    ck_assert_ptr_eq(ev[0].op, op);
+    ck_assert_int_eq(ev[0].err, MPIV_ERR_NET);
+    ck_assert_int_eq(ev[0].src, 0);
+    free(op);
+    ops->mr_dereg(be, sh);
+    ops->mr_dereg(be, dh);
+    free(src);
+    free(dst);
+    down();
+}
+END_TEST
+
+START_TEST(test_ofi_source_is_the_transports)
+{
+    up(&srv_ofi_ops);
+    struct srv_cqe ev[8];
+    uint64_t claims[] = {5, 0, UINT32_MAX};
+    for (size_t i = 0; i < sizeof claims / sizeof claims[0]; i++) {
+        pkt_t *p = pkt_get(pool, 0);
+        memset(p->data, 0x33, 200);
+        p->len = 200; /* above inject sizes of some providers: either path */
+        p->peer = 0;
+        int rc = srv_ofi_test_send_data(be, p, 0, claims[i]);
+        ck_assert_int_eq(rc, MPIV_SUCCESS);
+        int got = 0;
+        struct srv_cqe *recv = NULL;
+        uint64_t deadline = util_now_ns() + 10ull * 1000000000ull;
+        while (!recv && util_now_ns() < deadline) {
+            int k = ops->poll(be, ev, 8);
+            ck_assert_int_ge(k, 0);
+            for (int j = 0; j < k; j++) {
+                if (ev[j].kind == SRV_CQE_SEND)
+                    pkt_put(pool, 0, ev[j].p);
+                else if (ev[j].kind == SRV_CQE_RECV)
+                    recv = &ev[j], got++;
+            }
+        }
+        ck_assert_ptr_nonnull(recv);
+        if (claims[i] == 0) {
+            ck_assert_int_eq(recv->err, MPIV_SUCCESS);
+            ck_assert_int_eq(recv->src, 0);
+            ck_assert_uint_eq(recv->len, 200);
+        } else {
+            /* dropped: the packet comes back with an error, never with a
+             * source the transport did not see */
+            ck_assert_msg(recv->err != MPIV_SUCCESS, "claimed rank %llu accepted as src %d",
+                          (unsigned long long)claims[i], recv->src);
+        }
+        ck_assert_int_eq(ops->post_recv(be, recv->p), MPIV_SUCCESS);
+    }
+    ck_assert_uint_eq(srv_ofi_test_dropped(be), 2);
+    down();
+}
+END_TEST
+
+START_TEST(test_ofi_max_write)
+{
+    up(&srv_ofi_ops);
+    size_t m = ops->max_write(be);
+    ck_assert_uint_gt(m, 0);
+    ck_assert_uint_le(m, (size_t)1 << 30);
+    static unsigned char one;
+    struct srv_rdma_op *op = new_op(&one, m + 1, NULL, 0, 0, 7);
+    ck_assert_int_eq(ops->rdma_write_imm(be, op), MPIV_ERR_ARG);
+    free(op);
+    down();
+}
+END_TEST
+
+/* The shared object a signal's handler lives in, or NULL for none. */
+static const char *handler_owner(int sig)
+{
+    struct sigaction sa;
+    ck_assert_int_eq(sigaction(sig, NULL, &sa), 0);
+    void *fn = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+    Dl_info di;
+    if (fn == (void *)SIG_DFL || fn == (void *)SIG_IGN || !dladdr(fn, &di))
+        return NULL;
+    return di.dli_fname;
+}
+
+/* libinfinipath's constructor installs handlers that turn a crash into
+ * exit(1); loading libmpiv must have put the default action back. (Check
+ * has handlers of its own for SIGINT and SIGTERM: only the psm libraries'
+ * are looked for.) */
+START_TEST(test_no_psm_signal_handlers)
+{
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGFPE, SIGINT, SIGTERM};
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            up(&srv_ofi_ops); /* fi_getinfo may load providers: none either */
+        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+            const char *o = handler_owner(sigs[i]);
+            ck_assert_msg(!o || (!strstr(o, "libinfinipath") && !strstr(o, "libpsm")),
+                          "signal %d is handled by %s", sigs[i], o);
+        }
+    }
+    down();
+}
+END_TEST
+
+static Suite *srv_backends_suite(void)
+{
+    Suite *s = suite_create("server_backends");
+    TCase *shm = tcase_create("shm");
+    tcase_set_timeout(shm, 30);
+    tcase_add_test(shm, test_shm_forged_cells);
+    tcase_add_test(shm, test_shm_write_self_unregistered);
+    tcase_add_test(shm, test_shm_max_write);
+    tcase_add_test(shm, test_shm_foreign_segment);
+    suite_add_tcase(s, shm);
+    TCase *ofi = tcase_create("ofi");
+    tcase_set_timeout(ofi, 30);
+    tcase_add_test(ofi, test_ofi_write_bad_key);
+    tcase_add_test(ofi, test_ofi_note_fails);
+    tcase_add_test(ofi, test_ofi_source_is_the_transports);
+    tcase_add_test(ofi, test_ofi_max_write);
+    tcase_add_test(ofi, test_no_psm_signal_handlers);
+    suite_add_tcase(s, ofi);
+    return s;
+}
+
+CHECK_MAIN(.suite = srv_backends_suite);
