@@ -667,8 +667,10 @@ static bool ofi_complete(struct srv_backend *be, const struct fi_cq_data_entry *
         e->p = ctx_pkt(be, c->op_context);
         e->src = ofi_source(be, from, (int64_t)(uint32_t)c->data);
         if (e->src < 0 || c->len != sizeof note) {
+            /* no immediate from nobody: only the packet goes back */
             ofi_dropped(be, "a write notification", from, c->data, c->len);
-            e->err = MPIV_ERR_NET; /* only the packet goes back */
+            e->kind = SRV_CQE_RECV;
+            e->err = MPIV_ERR_NET;
             e->src = -1;
             return true;
         }
