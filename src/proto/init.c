@@ -36,9 +36,8 @@ int mpiv_init(int *argc, char ***argv)
         return rc;
     }
     size_t payload = (size_t)cfg->packet_size - sizeof(struct proto_hdr);
+    /* util_config_load rejected a limit above the payload */
     proto.eager_limit = cfg->eager_limit ? (size_t)cfg->eager_limit : payload;
-    if (proto.eager_limit > payload)
-        proto.eager_limit = payload;
     atomic_init(&proto.coll_seq, 0);
     atomic_init(&proto.unexpected, 0);
     /* p2p.c, I5: half of what the posted receives leave, so senders always

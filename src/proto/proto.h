@@ -42,7 +42,8 @@ struct proto_hdr {
     uint64_t handle; /* RTS, RTR: the send request's handle at the sender;
                         ABORT: the receive's rendezvous handle                */
 };
-_Static_assert(sizeof(struct proto_hdr) == 32, "header is 32 bytes");
+_Static_assert(sizeof(struct proto_hdr) == UTIL_PACKET_HEADER_BYTES,
+               "the header is what the configuration reserves in a packet");
 
 /* RTR body, after the header (only when status == PROTO_RTR_OK). */
 struct proto_rtr {

@@ -649,7 +649,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if ((rc = srv_g.ops->reg_pool(srv_g.be, pool)) || (rc = srv_g.ops->exchange(srv_g.be)) ||
         (rc = srv_mr_cache_init(srv_g.be, srv_g.ops)))
         goto fail_be;
-    srv_g.max_write = (size_t)1 << 30;
+    srv_g.max_write = srv_g.ops->max_write(srv_g.be);
     util_log_info("server: rank %d of %d, backend %s, bootstrap %s", srv_g.rank, srv_g.size,
                   srv_g.ops->name, boot_method_name());
     memset(&srv_g.stats, 0, sizeof srv_g.stats);
