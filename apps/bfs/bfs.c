@@ -326,8 +326,12 @@ static int bfs_main(void *arg)
         printf("TEPS: min %.4g  median %.4g  max %.4g\n", teps[0], teps[nroots / 2], teps[nroots - 1]);
         printf("harmonic_mean_TEPS: %.6g\n", nroots / inv_sum);
     }
-    if (me == 0)
+    if (me == 0) {
         printf("result: %s\n", failed || nroots == 0 ? "FAILED" : "PASSED");
+        /* before any rank can exit: a failing rank's exit ends the job, and
+         * a buffered verdict would die with it */
+        fflush(stdout);
+    }
     free(roots);
     free(times);
     free(teps);

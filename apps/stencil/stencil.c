@@ -346,6 +346,9 @@ static int stencil_main(void *arg)
         printf("cell_updates_per_s: %.6g\n", t > 0 ? updates / t : 0.0);
         printf("max difference from the serial run: %g\n", maxdiff);
         printf("result: %s\n", ok ? "PASSED" : "FAILED");
+        /* before any rank can exit: a failing rank's exit ends the job, and
+         * a buffered verdict would die with it */
+        fflush(stdout);
     }
     for (int i = 0; i < s.ntiles; i++)
         tile_free(&s.tiles[i]);

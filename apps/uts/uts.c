@@ -696,6 +696,9 @@ static int uts_main(void *arg)
         printf("%s count: nodes %lld, leaves %lld, depth %lld: %s\n", what, (long long)want.nodes,
                (long long)want.leaves, (long long)want.depth, ok ? "match" : "MISMATCH");
         printf("result: %s\n", ok ? "PASSED" : "FAILED");
+        /* before any rank can exit: a failing rank's exit ends the job, and
+         * a buffered verdict would die with it */
+        fflush(stdout);
     }
     int64_t okv = ok, okall;
     par_allreduce_i64(&okv, &okall, 1, PAR_MIN);
