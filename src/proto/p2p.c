@@ -281,8 +281,9 @@ static void credit_owe(int src, size_t size, bool server)
     if (!p)
         return;
     struct proto_hdr *h = proto_hdr_of(p);
-    hdr_init(h, PROTO_CREDIT, src);
-    h->credit = owed_take(src, 1);
+    hdr_init(h, PROTO_CREDIT, src); /* takes what is owed, past an eighth */
+    if (!h->credit)
+        h->credit = owed_take(src, 1);
     if (!h->credit) { /* another thread took it meanwhile */
         proto_pkt_put(p, server);
         return;
