@@ -45,7 +45,9 @@
  *  - after the drain: every send completed, the table holds exactly the
  *    receives still pending, no handle is live, every registration is held
  *    by a pending receive, the unexpected count is 0, every pool packet is
- *    back, and credit is within its bounds.
+ *    back, credit is within its bounds, and the eager credit rank 0 owes
+ *    rank 1 is conserved: what consuming rank 1's eager messages cost is
+ *    what rank 0's packets gave back plus what it still owes.
  *  - a sender waiting for a free packet with nothing in flight that could
  *    free one would wait forever: reported as a hang.
  */
@@ -193,6 +195,9 @@ static struct {
     int fault[FF_COUNT_];
     bool dead1;      /* rank 1 was declared failed                       */
     bool self_broken; /* a send to ourselves was made to fail           */
+    /* Eager credit (p2p.c, I6) rank 0 owes rank 1: what consuming rank 1's
+     * eager messages cost, and what rank 0's packets to rank 1 gave back. */
+    long credit_consumed, credit_returned;
     int in_progress; /* a handler runs (the progress lock is taken)      */
     long idle_spins;
     unsigned char *pool_base;
@@ -419,6 +424,10 @@ int srv_send(pkt_t *p, int peer)
     if (proto_decode(p, 0) < 0 && !(peer == 1 && h->type == PROTO_ABORT))
         FAIL("rank 0 sent rank %d a packet (type %u, %u bytes) its own decode refuses", peer,
              h->type, p->len);
+    /* Credit in a packet that then fails to go is lost with it: a broken
+     * link to the peer, not a leak. */
+    if (peer == 1)
+        H.credit_returned += h->credit;
     if (H.fault[FF_SEND] > 0) {
         H.fault[FF_SEND]--;
         H.self_broken |= peer == 0;
@@ -483,6 +492,16 @@ static uint64_t imm_drops(void)
     return st.dropped[PROTO_DROP_IMM];
 }
 
+static uint64_t all_drops(void)
+{
+    struct proto_stats st;
+    proto_get_stats(&st);
+    uint64_t n = 0;
+    for (int i = 0; i < PROTO_DROP_MAX_; i++)
+        n += st.dropped[i];
+    return n;
+}
+
 /* An immediate from src arrives. The harness predicts from what it knows
  * (its own requests, the handle table's answer for imm) whether the
  * protocol must take it, and checks that it did exactly that. */
@@ -523,16 +542,23 @@ static bool deliver_from_peer(const unsigned char *bytes, size_t len)
      * it answers, and is longer. So the tail is poisoned except for RTS. */
     if (len == 0 || bytes[0] != PROTO_RTS)
         ASAN_POISON_MEMORY_REGION(p->data + len, FUZZ_PACKET_SIZE - len);
-    if (len >= sizeof(struct proto_hdr)) {
-        struct proto_hdr h;
+    struct proto_hdr h;
+    memset(&h, 0, sizeof h);
+    if (len >= sizeof h) {
         memcpy(&h, bytes, sizeof h);
         if ((h.type == PROTO_EAGER || h.type == PROTO_RTS) && h.ctx < PROTO_CTX_COUNT &&
             h.src == 1 && h.tag <= (uint32_t)MPIV_TAG_MAX)
             add_key(h.ctx, 1, h.tag);
     }
+    uint64_t before = all_drops();
     H.in_progress++;
     proto_on_packet(p);
     H.in_progress--;
+    /* An accepted EAGER is consumed by the time the drain is over, and
+     * costs its payload, its header and a packet header (p2p.c's
+     * eager_cost), owed back to rank 1. */
+    if (h.type == PROTO_EAGER && all_drops() == before)
+        H.credit_consumed += (long)(h.size + sizeof h + 64);
     return true;
 }
 
@@ -930,6 +956,11 @@ static void drain_and_check(void)
         if (c < 0 || c > proto.credit_max || o < 0)
             FAIL("rank %d: credit %ld (max %ld), owed %ld", r, c, proto.credit_max, o);
     }
+    long owed = atomic_load(&proto.owed[1]);
+    if (H.credit_consumed != H.credit_returned + owed)
+        FAIL("eager credit owed to rank 1 went missing: %ld consumed, %ld given back, "
+             "%ld still owed",
+             H.credit_consumed, H.credit_returned, owed);
 }
 
 /* --- per input ------------------------------------------------------------------------ */
@@ -940,6 +971,7 @@ static void setup(void)
     H.whead = H.wlen = H.lhead = H.llen = H.nrecs = 0;
     memset(H.fault, 0, sizeof H.fault);
     H.dead1 = H.self_broken = false;
+    H.credit_consumed = H.credit_returned = 0;
     H.in_progress = 0;
     H.idle_spins = 0;
     if (pkt_pool_create(&proto.pool, FUZZ_PACKETS, FUZZ_PACKET_SIZE, 1) != MPIV_SUCCESS ||

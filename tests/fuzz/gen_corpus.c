@@ -247,6 +247,17 @@ static void seed_credit(struct seed *s)
     }
 }
 
+/* Consuming a quarter of the credit rank 1 may use (256 of 1024 bytes:
+ * two 64-byte messages cost 320) makes rank 0 give it back in a CREDIT
+ * packet of its own (p2p.c, credit_owe). */
+static void seed_credit_owed(struct seed *s)
+{
+    for (int i = 0; i < 2; i++) {
+        recv_(s, 1, 1, 0, 64);
+        eager_from_1(s, 1, 0, 64);
+    }
+}
+
 /* Sequences. */
 static void seed_self_eager(struct seed *s)
 {
@@ -404,6 +415,7 @@ static const struct {
     {"rtr", seed_rtr},
     {"abort", seed_abort},
     {"credit", seed_credit},
+    {"credit_owed", seed_credit_owed},
     {"self_eager", seed_self_eager},
     {"self_rdv", seed_self_rdv},
     {"self_rdv_fail", seed_self_rdv_fail},
