@@ -398,8 +398,12 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
     int rc = r->reg_err;
     if (rc == MPIV_SUCCESS && !r->mr)
         rc = srv_mr_get(r->buf, size, &r->mr); /* a small buffer (I6's RTS) */
-    uint64_t hnd = 0;
+    uint64_t hnd = 0, raddr = 0, rkey = 0;
     if (rc == MPIV_SUCCESS) {
+        /* read before the handle publishes r: from then on the server may
+         * complete it (and release r->mr) as soon as the RTR is out */
+        raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
+        rkey = r->mr->rkey;
         r->left = size;
         r->err = MPIV_SUCCESS;
         hnd = proto_handle_make(r);
@@ -412,8 +416,6 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         finish(r, rc);
         return;
     }
-    uint64_t raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
-    uint64_t rkey = r->mr->rkey;
     /* From here the handle table owns r: the immediate may complete it
      * before send_rtr returns. Only a successful take gets it back. */
     if (send_rtr(p, &rts, PROTO_RTR_OK, proto_handle_imm(hnd), raddr, rkey) == MPIV_SUCCESS)

@@ -43,11 +43,13 @@ static size_t first_bad(const unsigned char *b, size_t n, unsigned seed)
 /* The hook: on `point`, for packets of `type` (0: any) or any write/imm,
  * applies `action` to the `nth` event (1-based; 0: every one) and passes
  * the rest. */
+/* Atomic: the server thread reads the rule while the test thread may be
+ * rewriting it for the next exchange. */
 static struct {
-    enum srv_fault_point point;
-    int type;
-    enum srv_fault_action action;
-    int nth;
+    atomic_int point;
+    atomic_int type;
+    atomic_int action;
+    atomic_int nth;
     atomic_int seen;
     atomic_int applied;
 } rule;
@@ -55,23 +57,24 @@ static struct {
 static enum srv_fault_action hook(const struct srv_fault_event *ev, void *arg)
 {
     (void)arg;
-    if (ev->point != rule.point)
+    if ((int)ev->point != atomic_load(&rule.point))
         return SRV_FAULT_PASS;
-    if ((ev->point == SRV_FAULT_SEND || ev->point == SRV_FAULT_RECV) && rule.type &&
-        (ev->len == 0 || ev->data[0] != rule.type))
+    int type = atomic_load(&rule.type), nth = atomic_load(&rule.nth);
+    if ((ev->point == SRV_FAULT_SEND || ev->point == SRV_FAULT_RECV) && type &&
+        (ev->len == 0 || ev->data[0] != type))
         return SRV_FAULT_PASS;
-    if (atomic_fetch_add(&rule.seen, 1) + 1 != rule.nth && rule.nth != 0)
+    if (atomic_fetch_add(&rule.seen, 1) + 1 != nth && nth != 0)
         return SRV_FAULT_PASS;
     atomic_fetch_add(&rule.applied, 1);
-    return rule.action;
+    return (enum srv_fault_action)atomic_load(&rule.action);
 }
 
 static void arm(enum srv_fault_point point, int type, enum srv_fault_action action, int nth)
 {
-    rule.point = point;
-    rule.type = type;
-    rule.action = action;
-    rule.nth = nth;
+    atomic_store(&rule.point, (int)point);
+    atomic_store(&rule.type, type);
+    atomic_store(&rule.action, (int)action);
+    atomic_store(&rule.nth, nth);
     atomic_store(&rule.seen, 0);
     atomic_store(&rule.applied, 0);
     srv_fault_set(hook, NULL);
@@ -340,9 +343,13 @@ START_TEST(lagging_receiver_is_bounded)
         bound *= 4;
 #endif
         ck_assert_msg(grew < bound, "the receiver grew by %ld KiB before receiving", grew);
+        /* a buffer each: a reused one is written for message i + 1 after
+         * it was read for i only through the other rank (which TSan
+         * cannot see) */
         for (int i = 0; i < n; i++) {
-            OK(mpiv_recv(buf, size, 0, 11, NULL));
-            ck_assert_uint_eq(first_bad(buf, size, (unsigned)i), size);
+            unsigned char *b = buf + (size_t)i * size;
+            OK(mpiv_recv(b, size, 0, 11, NULL));
+            ck_assert_uint_eq(first_bad(b, size, (unsigned)i), size);
         }
     }
     free(buf);
