@@ -105,7 +105,7 @@ END_TEST
  * guessed stale handle: every take of a live handle returns its own
  * request exactly once, and no stale one ever returns anything. */
 #define NT 4
-#define ROUNDS 200000
+#define ROUNDS 20000
 static atomic_long wrong;
 
 static void *churn(void *arg)
