@@ -116,12 +116,17 @@ void proto_get_stats(struct proto_stats *st)
 
 /* --- completion (I1) ------------------------------------------------------- */
 
+/* Gives back r's rendezvous registration, if it holds one. */
+static void req_put_mr(struct mpiv_request *r)
+{
+    if (r->mr)
+        srv_mr_put(r->mr);
+    r->mr = NULL;
+}
+
 static void finish(struct mpiv_request *r, int err)
 {
-    if (r->mr) {
-        srv_mr_put(r->mr);
-        r->mr = NULL;
-    }
+    req_put_mr(r);
     r->status.error = err;
     /* The signal publishes everything above (release, see sched.h) and is
      * the last access to r. */
@@ -725,18 +730,14 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
     h->handle = proto_handle_make(r);
     if (!h->handle) {
         pkt_put(proto.pool, sched_worker_id(), p);
-        if (r->mr)
-            srv_mr_put(r->mr);
-        r->mr = NULL;
+        req_put_mr(r);
         return util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
     }
     p->len = sizeof *h;
     uint64_t hnd = h->handle;
     int rc = proto_deliver(p, dest);
     if (rc != MPIV_SUCCESS && proto_handle_take(hnd)) {
-        if (r->mr)
-            srv_mr_put(r->mr);
-        r->mr = NULL;
+        req_put_mr(r);
         return rc;
     }
     return MPIV_SUCCESS;
@@ -758,9 +759,7 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
     } else if (util_unlikely(!srv_peer_alive(src) && src != proto.rank) && proto_cancel_recv(r)) {
         /* I7: a rank declared failed before we were in the table sends
          * nothing more (one declared after finds us in its sweep). */
-        if (r->mr)
-            srv_mr_put(r->mr);
-        r->mr = NULL;
+        req_put_mr(r);
         return util_err(MPIV_ERR_PEER, "rank %d has failed: nothing more will come from it", src);
     }
     return MPIV_SUCCESS;
