@@ -82,6 +82,9 @@ int mpiv_init(int *argc, char ***argv)
      * waiting side then sees its message at once instead of after the
      * sleeping server's next timer tick. */
     sched_set_idle_hook(srv_progress);
+    /* Without a server thread an idle worker is what moves the network for
+     * its blocked ULTs, so it must not sleep while it has any. */
+    sched_set_idle_stay(srv_inline());
     proto.initialized = 1;
     /* every rank is up before anybody sends: a message to a rank whose
      * server has not posted receives yet would be lost on some providers */
@@ -132,6 +135,7 @@ int mpiv_finalize(void)
                         live == 1 ? "it" : "them");
     /* nobody stops its server while a peer may still be sending to it */
     int rc = mpiv_barrier();
+    sched_set_idle_stay(false);
     sched_set_idle_hook(NULL);
     int rc2 = sched_finalize();
     if (rc2 == MPIV_ERR_STATE)

@@ -135,16 +135,33 @@ static void finish(struct mpiv_request *r, int err)
 
 int proto_test(struct mpiv_request *r) { return sched_sync_signalled(&r->sync); }
 
+/* A plain pthread waiting for r drives the network itself, so it does not
+ * depend on a server that may be asleep or share its core. With a server
+ * thread it blocks in the kernel after a quiet spell (util_idle); without
+ * one (srv_inline) nothing else may progress for it, so it keeps polling,
+ * napping between polls once quiet for long. */
+static void pthread_poll(struct mpiv_request *r)
+{
+    bool forever = srv_inline();
+    struct util_idle idle;
+    util_idle_reset(&idle);
+    while (!proto_test(r)) {
+        if (srv_progress()) {
+            util_idle_reset(&idle);
+            continue;
+        }
+        if (util_idle_step(&idle) == UTIL_IDLE_LONG) {
+            if (!forever)
+                return;
+            util_idle_nap(&idle);
+        }
+    }
+}
+
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
 {
-    if (!sched_in_ult()) {
-        /* A plain pthread drives the network itself while it waits, so it
-         * does not depend on a server that may be asleep or share its
-         * core; it blocks in the kernel only after a long quiet spell. */
-        for (unsigned i = 0; i < 1u << 16 && !proto_test(r); i++)
-            if (!srv_progress())
-                util_cpu_relax();
-    }
+    if (!sched_in_ult())
+        pthread_poll(r);
     sched_wait(&r->sync);
     if (status)
         *status = r->status;
@@ -162,8 +179,10 @@ static pkt_t *proto_pkt_alloc(void)
         pkt_t *p = pkt_get(proto.pool, w);
         if (p)
             return p;
-        if (!sched_in_ult())
-            srv_progress();
+        /* a ULT too: a ULT that only yields keeps its worker from ever
+         * idling, and without a server thread the idle worker is what
+         * would give packets back */
+        srv_progress();
         sched_yield_now();
     }
 }
@@ -912,8 +931,10 @@ int mpiv_test(mpiv_request_t *req, int *flag, mpiv_status_t *status)
     }
     if (!proto_test(*req)) {
         *flag = 0;
-        /* A pthread polling in a loop must not starve the network. */
-        if (!sched_in_ult())
+        /* A thread polling in a loop must not starve the network: a
+         * pthread never idles a worker, and without a server thread a ULT
+         * that tests and yields keeps its worker busy too. */
+        if (!sched_in_ult() || srv_inline())
             srv_progress();
         return MPIV_SUCCESS;
     }

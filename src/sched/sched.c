@@ -249,15 +249,45 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
     return false;
 }
 
+/* Whether an idle w must stay up for the idle hook (sched_set_idle_stay):
+ * it has live ULTs, which may wait for what only the hook brings. Asked
+ * once per idle spell, so the lock costs nothing that matters. */
+static bool stay_awake(struct sched_worker *w)
+{
+    /* relaxed: a setting, read again each idle spell */
+    if (!atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed))
+        return false;
+    util_spin_lock(&w->lock);
+    bool live = w->live > 0;
+    util_spin_unlock(&w->lock);
+    return live;
+}
+
 static void worker_loop(struct sched_worker *w)
 {
     for (;;) {
-        if (sched_sweep(w))
+        if (sched_sweep(w)) {
+            /* With sched_set_idle_stay the hook may be the only thing
+             * that wakes blocked ULTs; ULTs that only yield (polling a
+             * flag, mpiv_test in a loop) keep this worker from idling,
+             * so it is called between sweeps too. */
+            /* relaxed: a setting, and the hook needs no ordering */
+            if (atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed)) {
+                sched_idle_hook hook =
+                    atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
+                if (hook)
+                    hook();
+            }
             continue;
-        /* idle: spin, then yield the core, then sleep */
-        uint64_t t0 = util_now_ns();
+        }
+        /* idle: spin, then yield the core (util_idle), then sleep on the
+         * futex; or, while the hook is all that can wake our ULTs
+         * (stay_awake), nap between calls of the hook instead */
+        struct util_idle idle;
+        util_idle_reset(&idle);
+        int stay = -1; /* not asked yet this spell */
         bool found = false;
-        for (unsigned i = 0;; i++) {
+        for (;;) {
             /* relaxed: a peek; the sweep's exchanges order */
             if (any_runnable(w, memory_order_relaxed)) {
                 found = true;
@@ -269,16 +299,16 @@ static void worker_loop(struct sched_worker *w)
             /* relaxed: the hook needs no ordering with our data */
             sched_idle_hook hook = atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
             if (hook && hook()) {
-                t0 = util_now_ns(); /* work came: stay responsive */
+                util_idle_reset(&idle); /* work came: stay responsive */
                 continue;
             }
-            uint64_t dt = (i & 15) ? 0 : util_now_ns() - t0;
-            if (dt >= SCHED_IDLE_YIELD_NS)
+            if (util_idle_step(&idle) != UTIL_IDLE_LONG)
+                continue;
+            if (stay < 0)
+                stay = stay_awake(w);
+            if (!stay)
                 break;
-            if (dt >= SCHED_IDLE_SPIN_NS)
-                sched_yield();
-            else
-                util_cpu_relax();
+            util_idle_nap(&idle);
         }
         if (found)
             continue;
@@ -295,6 +325,11 @@ static void worker_loop(struct sched_worker *w)
         while (atomic_load_explicit(&w->sleeping, memory_order_relaxed) == 1)
             sched_futex(&w->sleeping, FUTEX_WAIT, 1);
     }
+}
+
+void sched_set_idle_stay(bool on)
+{
+    atomic_store_explicit(&sched_g.idle_stay, on, memory_order_relaxed);
 }
 
 void sched_set_idle_hook(sched_idle_hook fn)

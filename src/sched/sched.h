@@ -73,6 +73,12 @@ void sched_yield_now(void);
  * knows nothing of what fn does. NULL removes it. */
 typedef int (*sched_idle_hook)(void);
 void sched_set_idle_hook(sched_idle_hook fn);
+/* With `on`, a worker that has ULTs alive (spawned, not joined) never
+ * sleeps in the kernel when idle: it keeps calling the idle hook, yielding
+ * its core between calls. For when the hook is the only thing that can
+ * wake its ULTs (network progress without a server thread); a worker
+ * without live ULTs still sleeps until a spawn wakes it. */
+void sched_set_idle_stay(bool on);
 
 /* Cores used by this process's workers, in order (for the server to avoid
  * them); sets *n. Valid after sched_init. */

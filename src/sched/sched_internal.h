@@ -77,12 +77,10 @@ typedef struct {
 transfer_t jump_fcontext(fcontext_t const to, void *vp);
 fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
 
-/* Tuning. An idle worker spins for SCHED_IDLE_SPIN_NS (a signal is picked
+/* Tuning. An idle worker spins for UTIL_IDLE_SPIN_NS (a signal is picked
  * up in well under a microsecond), then calls sched_yield() until
- * SCHED_IDLE_YIELD_NS (lets a server thread sharing the core run), then
- * sleeps on a futex until a remote signal wakes it. */
-#define SCHED_IDLE_SPIN_NS 20000
-#define SCHED_IDLE_YIELD_NS 200000
+ * UTIL_IDLE_YIELD_NS (lets a server thread sharing the core run), then
+ * sleeps on a futex until a remote signal wakes it (util.h, idle.c). */
 /* A pthread waiter's spins before it sleeps in the kernel. */
 #define SCHED_PTHREAD_SPINS 4000
 /* Stacks mapped at once per worker: the first chunk holds
@@ -219,6 +217,7 @@ struct sched_global {
      * before the workers start or while they run: an atomic pointer, read
      * relaxed — a worker that sees it late only spins without it. */
     _Atomic(sched_idle_hook) idle_hook;
+    atomic_bool idle_stay; /* sched_set_idle_stay */
 };
 extern struct sched_global sched_g;
 

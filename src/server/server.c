@@ -20,6 +20,12 @@
  *    sleep in growing steps up to a cap; threads waiting on a message drive
  *    progress themselves meanwhile (srv_progress), so a sleeping server does
  *    not sit on the critical path. Measured in docs/perf/server.md.
+ *  - Inline (MPIV_SERVER, util/config.c): where a rank has no core to spare
+ *    for this thread, none runs while the job does: idle workers with live
+ *    ULTs, waiting pthreads and spinning senders call srv_progress (the
+ *    scheduler's idle hook and sched_set_idle_stay, proto_wait), as MPI
+ *    libraries progress. The thread runs only for srv_finalize's drain and
+ *    barrier, when no user thread waits any more.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -81,10 +87,16 @@ static struct srv_state {
     struct srv_delayed *delayed; /* under fault_lock */
 
     pthread_t thread;
-    /* Set once the thread runs, cleared once it has stopped. Workers read
-     * it in srv_progress (their idle hook, published with a relaxed store):
-     * release/acquire so that a worker that sees it set also sees
+    /* MPIV_SERVER=inline: no server thread while the job runs; the threads
+     * that wait progress (srv_progress). One is started for srv_finalize's
+     * drain and barrier only, when nothing else would progress. */
+    bool inline_mode;
+    /* Set once progress may run (srv_start), cleared at teardown. Workers
+     * read it in srv_progress (their idle hook, published with a relaxed
+     * store): release/acquire so that a worker that sees it set also sees
      * everything srv_start wrote before. */
+    atomic_bool running;
+    /* Whether the server thread runs (thread mode, or inline finalize). */
     atomic_bool thread_started;
     atomic_int stop;
     bool inited;
@@ -490,9 +502,11 @@ static int progress_round(void)
     return did + n;
 }
 
+bool srv_inline(void) { return srv_g.inline_mode; }
+
 int srv_progress(void)
 {
-    if (!srv_g.inited || !atomic_load_explicit(&srv_g.thread_started, memory_order_acquire))
+    if (!srv_g.inited || !atomic_load_explicit(&srv_g.running, memory_order_acquire))
         return 0;
     int did = 0;
     if (util_spin_trylock(&srv_g.progress_lock)) {
@@ -521,11 +535,6 @@ static void pin_self(void)
         util_log_info("server: pinned to core %d", core);
 }
 
-static void sleep_ns(uint64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
-    nanosleep(&ts, NULL);
-}
 
 /*
  * Backoff when idle. On this project's 2-core machines two ranks each run a
@@ -575,7 +584,7 @@ static void *server_loop(void *arg)
             if (busy && sleep > 1000)
                 sleep = 1000;
             atomic_fetch_add_explicit(&srv_g.sleeps, 1, memory_order_relaxed);
-            sleep_ns(sleep);
+            util_sleep_ns(sleep);
         }
     }
     return NULL;
@@ -670,6 +679,16 @@ fail_boot:
     return rc;
 }
 
+static int start_thread(void)
+{
+    int rc = pthread_create(&srv_g.thread, NULL, server_loop, NULL);
+    if (rc)
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: pthread_create: %s", strerror(rc));
+    /* relaxed: only srv_finalize and teardown read it, on this thread */
+    atomic_store_explicit(&srv_g.thread_started, true, memory_order_relaxed);
+    return MPIV_SUCCESS;
+}
+
 int srv_start(void)
 {
     if (!srv_g.inited || atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed))
@@ -686,10 +705,15 @@ int srv_start(void)
     long spare = ((long)pkt_count(srv_g.pool) - srv_g.recv_depth) / 4;
     if (srv_g.stash_target > spare)
         srv_g.stash_target = (int)(spare > 0 ? spare : 0);
-    int rc = pthread_create(&srv_g.thread, NULL, server_loop, NULL);
-    if (rc)
-        return util_err(MPIV_ERR_NO_RESOURCES, "server: pthread_create: %s", strerror(rc));
-    atomic_store_explicit(&srv_g.thread_started, true, memory_order_release);
+    srv_g.inline_mode = srv_g.cfg.server == UTIL_SERVER_INLINE;
+    util_log_info("server: progress by %s", srv_g.inline_mode ? "the waiting threads (inline)"
+                                                              : "a server thread");
+    if (!srv_g.inline_mode) {
+        int rc = start_thread();
+        if (rc)
+            return rc;
+    }
+    atomic_store_explicit(&srv_g.running, true, memory_order_release);
     return MPIV_SUCCESS;
 }
 
@@ -701,6 +725,7 @@ static void fault_flush(void);
  * backend, give the packets back, leave the job (graceful) or let go. */
 static void srv_teardown(bool graceful)
 {
+    atomic_store_explicit(&srv_g.running, false, memory_order_relaxed);
     if (atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed)) {
         atomic_store_explicit(&srv_g.stop, 1, memory_order_release);
         pthread_join(srv_g.thread, NULL);
@@ -742,6 +767,14 @@ int srv_finalize(void)
     if (!srv_g.inited)
         return util_err(MPIV_ERR_STATE, "server: not initialised");
     int rc = MPIV_SUCCESS;
+    /* Inline: from here no user thread waits on the network any more, yet
+     * our sends may need us to progress (a provider's acknowledgements) and
+     * peers may still deliver to us until the barrier below: a server
+     * thread does it meanwhile. If it cannot start, we progress ourselves
+     * below, and the barrier may then be slower, not wrong on shm. */
+    if (srv_g.inline_mode && !atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed) &&
+        start_thread() != MPIV_SUCCESS)
+        util_log_warn("server: %s", mpiv_error_detail());
     /* Let our sends and writes finish (the thread, or we, progress them). */
     uint64_t deadline = util_now_ns() + 10ull * 1000000000u;
     while (atomic_load_explicit(&srv_g.outstanding, memory_order_relaxed) > 0) {

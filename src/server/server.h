@@ -7,7 +7,8 @@
  * at any time between srv_start and srv_finalize; they never fail
  * transiently (a busy network queues the operation inside the server).
  * Handlers run on the server thread (or on whichever thread drives progress
- * when the server is not running one, see srv_progress), one at a time.
+ * when the server is not running one, see srv_progress and srv_inline), one
+ * at a time.
  */
 #ifndef MPIV_SERVER_H
 #define MPIV_SERVER_H
@@ -92,6 +93,12 @@ void srv_mr_put(srv_mr *mr);
  * from any thread; returns at once if another thread is progressing.
  * Returns how many operations and completions it handled (0: nothing). */
 int srv_progress(void);
+
+/* Whether this job runs without a server thread (MPIV_SERVER=inline, or
+ * auto on a rank with fewer cores than workers + 1): then nothing moves the
+ * network unless a thread calls srv_progress, so a thread that waits for
+ * the network must keep calling it instead of blocking. */
+bool srv_inline(void);
 
 /* --- fault injection (tests only) -------------------------------------------
  * A hook that sees every packet sent and arrived and every RDMA write

@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,10 @@ static const struct cfg_var cfg_vars[] = {
     {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 1, "off|on",
      "shm backend: large messages with one copy by process_vm_writev where the kernel allows "
      "it; off = through the rings (two copies)"},
+    {"MPIV_SERVER", CFG_WORDS, OFF(server), 0, 2, UTIL_SERVER_AUTO, "auto|thread|inline",
+     "who moves the network: thread = a server thread per rank; inline = the threads that wait "
+     "(idle workers, waiting pthreads), MPI-style, with no extra thread; auto = inline when the "
+     "rank has fewer cores than MPIV_WORKERS + 1, else thread"},
     {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
      "core the server thread is pinned to; -1 = the last core of this rank's share"},
     {"MPIV_BOOT_TIMEOUT", CFG_INT, OFF(boot_timeout), 1, 86400, 60, NULL,
@@ -249,6 +254,22 @@ int util_config_int(const char *name, int64_t *out)
     return util_err(MPIV_ERR_INTERNAL, "%s is not a numeric MPIv variable", name);
 }
 
+/* The cores this rank may count on: its affinity mask when the launcher
+ * (Slurm, mpirun --bind-to) gave it fewer than the host's, since that mask
+ * is then its share; else an even split of the host among its ranks. At
+ * least 1. */
+static int rank_share(const struct util_config *c)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int mask = CPU_COUNT(&set);
+        if (mask > 0 && mask < c->ncores)
+            return mask;
+    }
+    int share = c->ncores / (c->local_ranks > 0 ? c->local_ranks : 1);
+    return share > 0 ? share : 1;
+}
+
 int util_config_load(struct util_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -292,10 +313,14 @@ int util_config_load(struct util_config *c)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     c->ncores = n > 0 ? (int)n : 1;
     find_local_ranks(c);
-    if (c->workers == 0) {
-        int share = c->ncores / c->local_ranks;
-        c->workers = share > 2 ? share - 1 : 1;
-    }
+    c->rank_cores = rank_share(c);
+    if (c->workers == 0)
+        c->workers = c->rank_cores > 2 ? c->rank_cores - 1 : 1;
+    /* A server thread pays off only on a core of its own: sharing one with
+     * a worker, each message waits for the OS to switch between the two.
+     * Without one, the threads that wait move the network themselves. */
+    if (c->server == UTIL_SERVER_AUTO)
+        c->server = c->rank_cores < c->workers + 1 ? UTIL_SERVER_INLINE : UTIL_SERVER_THREAD;
     long page = sysconf(_SC_PAGESIZE);
     if (page > 0)
         c->stack_size = (c->stack_size + page - 1) / page * page;

@@ -70,6 +70,8 @@ _Noreturn void util_fatal(const char *fmt, ...) UTIL_PRINTF(1, 2);
 
 enum util_bind { UTIL_BIND_CORE = 0, UTIL_BIND_NONE = 1 };
 enum util_net { UTIL_NET_AUTO = 0, UTIL_NET_OFI = 1, UTIL_NET_IBV = 2, UTIL_NET_SHM = 3 };
+/* MPIV_SERVER; util_config_load replaces AUTO with its choice */
+enum util_server { UTIL_SERVER_AUTO = 0, UTIL_SERVER_THREAD = 1, UTIL_SERVER_INLINE = 2 };
 
 /* Every MPIV_* variable, parsed once by util_config_load. The table in
  * config.c documents each (name, range, default); README lists them too. */
@@ -87,6 +89,7 @@ struct util_config {
     int64_t ht_buckets;     /* MPIV_HT_BUCKETS: matching table buckets (2^k) */
     int64_t net;            /* MPIV_NET: enum util_net                       */
     int64_t shm_cma;        /* MPIV_SHM_CMA: 1 on, 0 off                     */
+    int64_t server;         /* MPIV_SERVER: enum util_server, never AUTO     */
     int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */
     int64_t ibv_gid_index;  /* MPIV_IBV_GID_INDEX: -1 = find RoCE v2 IPv4    */
     int64_t boot_timeout;   /* MPIV_BOOT_TIMEOUT: seconds per bootstrap step */
@@ -96,6 +99,7 @@ struct util_config {
     int ncores;             /* online cores                                  */
     int local_ranks;        /* ranks of this job on this host (>= 1)         */
     int local_rank;         /* this rank's index among them                  */
+    int rank_cores;         /* cores this rank may count on (its share)      */
 };
 
 /* Bytes of the protocol header at the start of every packet (proto/'s
@@ -121,5 +125,26 @@ int util_parse_size(const char *s, int64_t *out);
 
 /* --- time ---------------------------------------------------------------- */
 uint64_t util_now_ns(void);
+void util_sleep_ns(uint64_t ns);
+
+/* --- idle polling (idle.c) ------------------------------------------------
+ * A thread that polls for work calls util_idle_step after each poll that
+ * found nothing, and util_idle_reset after one that found something. The
+ * step spins, then yields; once the quiet spell passes UTIL_IDLE_YIELD_NS
+ * it returns UTIL_IDLE_LONG without waiting, and the caller either blocks
+ * on something of its own or calls util_idle_nap (a sleep growing to
+ * UTIL_IDLE_NAP_MAX_NS) before it polls again. */
+#define UTIL_IDLE_SPIN_NS 20000
+#define UTIL_IDLE_YIELD_NS 200000
+#define UTIL_IDLE_NAP_MAX_NS 64000
+enum util_idle_phase { UTIL_IDLE_SPIN, UTIL_IDLE_YIELD, UTIL_IDLE_LONG };
+struct util_idle {
+    uint64_t start, nap;
+    uint32_t n;
+    uint8_t phase;
+};
+void util_idle_reset(struct util_idle *s);
+enum util_idle_phase util_idle_step(struct util_idle *s);
+void util_idle_nap(struct util_idle *s);
 
 #endif

@@ -620,6 +620,9 @@ static bool pump_one(void)
     return false;
 }
 
+/* As with a server thread: a waiting pthread polls a while, then blocks. */
+bool srv_inline(void) { return false; }
+
 int srv_progress(void)
 {
     /* Only a sender waiting for a free packet calls this here. Nested in a

@@ -7,12 +7,14 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check_main.h"
 #include "mpiv.h"
+#include "server/server.h"
 
 static int me, nranks, partner; /* partner: the other rank of my pair, or -1 */
 static size_t eager;            /* a size that is surely eager               */
@@ -320,6 +322,102 @@ START_TEST(pthread_callers)
 }
 END_TEST
 
+/* MPIV_SERVER, when set, is what the job runs with (the runs below
+ * exercise both kinds of progress, whatever this machine's cores). */
+START_TEST(progress_as_configured)
+{
+    const char *m = getenv("MPIV_SERVER");
+    if (m && strcmp(m, "inline") == 0)
+        ck_assert_msg(srv_inline(), "MPIV_SERVER=inline, yet a server thread runs");
+    else if (m && strcmp(m, "thread") == 0)
+        ck_assert_msg(!srv_inline(), "MPIV_SERVER=thread, yet no server thread runs");
+}
+END_TEST
+
+/* ULTs that never block must not starve ULTs that wait for the network:
+ * without a server thread, the worker that keeps running the first kind
+ * never idles, and the network still has to move for the second kind. One
+ * ULT waits in mpiv_recv while another, on the same worker, yields until
+ * it is done; a third tests its request in a loop of yields. */
+struct starve {
+    int tag;
+    atomic_int done;
+    int failed;
+};
+
+static void *starve_receiver(void *p)
+{
+    struct starve *s = p;
+    unsigned char b[64];
+    if (mpiv_recv(b, sizeof b, partner, s->tag, NULL) != MPIV_SUCCESS)
+        s->failed = 1;
+    else
+        for (size_t i = 0; i < sizeof b; i++)
+            if (b[i] != pattern(i, (unsigned)s->tag))
+                s->failed = 1;
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void *starve_spinner(void *p)
+{
+    struct starve *s = p;
+    while (!atomic_load(&s->done))
+        mpiv_ult_yield();
+    return NULL;
+}
+
+static void *starve_tester(void *p)
+{
+    struct starve *s = p;
+    unsigned char b[64];
+    mpiv_request_t r;
+    if (mpiv_irecv(b, sizeof b, partner, s->tag + 1, &r) != MPIV_SUCCESS) {
+        s->failed = 1;
+        return NULL;
+    }
+    int flag = 0;
+    while (!flag) {
+        if (mpiv_test(&r, &flag, NULL) != MPIV_SUCCESS) {
+            s->failed = 1;
+            return NULL;
+        }
+        if (!flag)
+            mpiv_ult_yield();
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        if (b[i] != pattern(i, (unsigned)s->tag + 1))
+            s->failed = 1;
+    return NULL;
+}
+
+START_TEST(yielding_ults_do_not_starve_the_network)
+{
+    if (partner < 0)
+        return;
+    struct starve s = {.tag = 31000};
+    atomic_init(&s.done, 0);
+    if (me < partner) {
+        mpiv_ult_t u[3];
+        OK(mpiv_ult_spawn(starve_spinner, &s, 0, &u[0]));
+        OK(mpiv_ult_spawn(starve_receiver, &s, 0, &u[1]));
+        OK(mpiv_ult_spawn(starve_tester, &s, 0, &u[2]));
+        OK(mpiv_barrier()); /* the three run before anything is sent */
+        for (int i = 0; i < 3; i++)
+            OK(mpiv_ult_join(u[i], NULL));
+        ck_assert_msg(!s.failed, "a receive failed or brought wrong bytes");
+    } else {
+        unsigned char b[64];
+        OK(mpiv_barrier());
+        fill(b, sizeof b, (unsigned)s.tag);
+        OK(mpiv_send(b, sizeof b, partner, s.tag));
+        fill(b, sizeof b, (unsigned)s.tag + 1);
+        OK(mpiv_send(b, sizeof b, partner, s.tag + 1));
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
 /* Invalid arguments fail before anything is sent. */
 START_TEST(bad_arguments)
 {
@@ -598,7 +696,9 @@ static Suite *p2p_suite(void)
     Suite *s = suite_create("p2p");
     TCase *tc = tcase_create("p2p");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, progress_as_configured);
     tcase_add_test(tc, bad_arguments);
+    tcase_add_test(tc, yielding_ults_do_not_starve_the_network);
     tcase_add_test(tc, all_sizes_both_orders);
     tcase_add_loop_test(tc, buffer_size_mismatch, 0, 8);
     tcase_add_test(tc, same_tag_in_order);

@@ -11,7 +11,7 @@
 static const char *all_vars[] = {
     "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
     "MPIV_PACKET_SIZE", "MPIV_PACKETS", "MPIV_RECV_DEPTH", "MPIV_EAGER_LIMIT",
-    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SHM_CMA", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
+    "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SHM_CMA", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
     "MPIV_OFI_PROVIDER", "MPIV_IBV_DEVICE", "MPIV_LOCAL_SIZE", "MPIV_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
 };
@@ -76,6 +76,7 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_LOG", "loud", "none|error|warn|info|debug"},
     {"MPIV_NET", "tcp", "auto|ofi|ibv|shm"},
     {"MPIV_SHM_CMA", "maybe", "MPIV_SHM_CMA=maybe: expected one of off|on"},
+    {"MPIV_SERVER", "poll", "MPIV_SERVER=poll: expected one of auto|thread|inline"},
     {"MPIV_HT_BUCKETS", "1000", "power of two"},
     {"MPIV_BOOT_TIMEOUT", "0", "MPIV_BOOT_TIMEOUT=0: expected an integer from 1 to 86400"},
     {"MPIV_RECV_DEPTH", "4096", "must be below MPIV_PACKETS"},
@@ -196,6 +197,43 @@ START_TEST(local_ranks_shrink_default_workers)
 }
 END_TEST
 
+/* MPIV_SERVER=auto: a server thread only where a rank has a core for it
+ * beyond its workers; an explicit choice is kept whatever the cores. */
+START_TEST(server_auto_needs_a_spare_core)
+{
+    clean_env();
+    struct util_config c;
+    /* more ranks than cores: a share of one core, one worker, no thread */
+    setenv("MPIV_LOCAL_SIZE", "64", 1);
+    setenv("MPIV_LOCAL_RANK", "5", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.rank_cores, 1);
+    ck_assert_int_eq(c.server, UTIL_SERVER_INLINE);
+    /* as many workers as the rank's cores: still no core for a thread */
+    clean_env();
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    char w[32];
+    snprintf(w, sizeof w, "%d", c.rank_cores);
+    setenv("MPIV_WORKERS", w, 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.server, UTIL_SERVER_INLINE);
+    /* one worker on a rank of two or more cores: a thread */
+    setenv("MPIV_WORKERS", "1", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.server, c.rank_cores >= 2 ? UTIL_SERVER_THREAD : UTIL_SERVER_INLINE);
+    /* what the user says wins */
+    setenv("MPIV_SERVER", "thread", 1);
+    setenv("MPIV_LOCAL_SIZE", "64", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.server, UTIL_SERVER_THREAD);
+    setenv("MPIV_SERVER", "inline", 1);
+    unsetenv("MPIV_LOCAL_SIZE");
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.server, UTIL_SERVER_INLINE);
+    clean_env();
+}
+END_TEST
+
 START_TEST(sizes_parse)
 {
     int64_t v;
@@ -261,6 +299,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, good_values_are_taken);
     tcase_add_test(tc, surrounding_whitespace_is_ignored);
     tcase_add_test(tc, local_ranks_shrink_default_workers);
+    tcase_add_test(tc, server_auto_needs_a_spare_core);
     tcase_add_test(tc, sizes_parse);
     tcase_add_test(tc, one_variable_parses_like_the_table);
     tcase_add_test(tc, wtime_is_monotonic);
