@@ -36,7 +36,7 @@ while [ $# -gt 0 ]; do
     --n1) n1=$2; shift ;;
     --n2) n2=$2; shift ;;
     --out) out=$2; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "profile.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
