@@ -5,21 +5,47 @@
  * runnable set and of sleeping; the stacks themselves (layout, guard
  * pages, tripwires, the overflow report) in stack.c.
  *
- * Slots: Γ is bound for good to one stack when first used; its record
- * (struct mpiv_ult) sits at the top of that stack. Freed slots go on the
- * worker's LIFO free list (under w->lock, shared with spawners on other
- * pthreads), so the next spawn reuses the most recently used, cache-warm
- * stack. New slots are carved in order from the worker's current chunk of
- * stacks (stack.c). Chunks are mapped outside w->lock; a chunk mapped by a
- * spawner that lost the race is kept as the worker's spare.
+ * Slots: Γ names a record (struct mpiv_ult) in the worker's record array,
+ * bound to it for good. Freed slots go on the worker's LIFO free list
+ * (under w->lock, shared with spawners on other pthreads). A record holds
+ * no stack: a spawned ULT is a record and a runnable bit, nothing more.
  *
  * Invariants of the slot allocator (w->lock held for all of them):
- *   S1. hwm slots were ever used; slot[0..hwm) point to their records.
+ *   S1. hwm slots were ever used; slot[0..hwm) point to their records,
+ *       recs[0..hwm).
  *   S2. free_list holds exactly the used slots that are joined; live =
  *       hwm - |free_list|.
  *   S3. nsum >= hwm / 4096 rounded up, stored before the first bit of a new
  *       summary word can be set (release; the worker loads it with acquire
  *       in a sweep, seq_cst before sleeping).
+ *
+ * Stacks: each worker carves stacks from its own chunks (stack.c) and
+ * keeps the free ones in a LIFO cache, so the next ULT to start runs on
+ * the stack the last one to end just left, still warm in cache and
+ * already committed. Invariants (all on the worker's own pthread, R3):
+ *   K1. A ULT owns a stack from its first run to its end, and only then:
+ *       spawn gives it none (ctx == NULL marks "never ran"); its worker
+ *       takes one just before switching to it the first time, and puts it
+ *       back in the cache when it switches out finished, before the join
+ *       signal (after which the record may be reused). A ULT that never
+ *       blocks therefore holds a stack only while it runs: a worker whose
+ *       ULTs all run to completion uses one stack, however many it runs.
+ *   K2. Stacks, the cache and the chunks are touched only by their
+ *       worker's pthread: no lock, no atomics (the two counters below are
+ *       atomics only so that sched_stack_stats may read them).
+ *   K3. A stack is in the cache, or owned by exactly one ULT, or not yet
+ *       carved; stacks_made = carved, stacks_used = owned, and
+ *       stacks_made - stacks_used are in the cache. Stacks are never
+ *       unmapped before sched_finalize, so a stack keeps its guard page
+ *       (or its tripwire) for its whole life, whichever ULT runs on it.
+ *   K4. A suspended ULT's stack is neither in the cache nor given to
+ *       another ULT: it keeps its frames across any number of waits and
+ *       yields, until it ends.
+ * A ULT joined from another worker or a pthread changes none of this: the
+ * joiner touches only the record and the slot lock, never the stack.
+ * If no stack can be mapped when a ULT first runs, it stays runnable and
+ * is tried again in the next sweep (other ULTs ending may free stacks); a
+ * warning says why once per worker.
  */
 #include <errno.h>
 #include <hwloc.h>
@@ -38,22 +64,10 @@ _Thread_local struct sched_worker *sched_tls_worker __attribute__((tls_model("in
 /* slots                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Makes c w's current chunk. w->lock held, w's current chunk used up. */
-static void start_chunk(struct sched_worker *w, struct sched_chunk *c)
-{
-    w->cur = c;
-    w->chunk_left = c->n;
-    uint32_t next = c->n * 2;
-    w->chunk_next_n = next < SCHED_STACK_CHUNK ? next : SCHED_STACK_CHUNK;
-}
-
-/* A never-used slot with its stack, carved from the current chunk.
- * w->lock held, w->chunk_left > 0. */
+/* A never-used slot and its record. w->lock held, w->hwm < max_ults. */
 static struct mpiv_ult *new_slot(struct sched_worker *w)
 {
-    uint32_t k = w->cur->n - w->chunk_left;
-    w->chunk_left--;
-    struct mpiv_ult *u = sched_stack_record(w->cur, k);
+    struct mpiv_ult *u = &w->recs[w->hwm];
     u->w = w;
     u->id = w->hwm;
     /* release: a joiner that looks up a handle with acquire sees the
@@ -71,69 +85,25 @@ static struct mpiv_ult *new_slot(struct sched_worker *w)
 }
 
 /* A slot for a new ULT on w, counted live; NULL with the error detail set
- * and its code in *err. Maps a
- * new chunk without holding w->lock (it takes milliseconds), so spawners
- * and joiners of w are not held up meanwhile. */
+ * and its code in *err. No system call and no stack: a record only (K1). */
 static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
 {
-    struct sched_chunk *fresh = NULL, *unused = NULL;
     struct mpiv_ult *u = NULL;
     bool closed = false, full = false;
     util_spin_lock(&w->lock);
-    for (;;) {
-        /* relaxed: sched_close stored it before taking this lock to count
-         * live; the lock orders the two (see sched_close) */
-        if (atomic_load_explicit(&sched_g.closing, memory_order_relaxed)) {
-            closed = true;
-            break;
-        }
-        if ((u = w->free_list) != NULL) {
-            w->free_list = u->next_free;
-            break;
-        }
-        if (w->hwm >= sched_g.max_ults) {
-            full = true;
-            break;
-        }
-        if (w->chunk_left == 0 && (w->spare || fresh)) {
-            struct sched_chunk *c = w->spare;
-            if (c) {
-                w->spare = NULL;
-            } else {
-                c = fresh;
-                fresh = NULL;
-                c->next = w->chunks;
-                w->chunks = c;
-            }
-            start_chunk(w, c);
-        }
-        if (w->chunk_left) {
-            u = new_slot(w);
-            break;
-        }
-        uint32_t n = w->chunk_next_n ? w->chunk_next_n : SCHED_STACK_CHUNK_MIN;
-        util_spin_unlock(&w->lock);
-        fresh = sched_chunk_make(n);
-        if (!fresh) {
-            *err = util_err(MPIV_ERR_NO_RESOURCES, "cannot map ULT stacks: %s", strerror(errno));
-            return NULL;
-        }
-        util_spin_lock(&w->lock);
-    }
+    /* relaxed: sched_close stored it before taking this lock to count
+     * live; the lock orders the two (see sched_close) */
+    if (atomic_load_explicit(&sched_g.closing, memory_order_relaxed))
+        closed = true;
+    else if ((u = w->free_list) != NULL)
+        w->free_list = u->next_free;
+    else if (w->hwm < sched_g.max_ults)
+        u = new_slot(w);
+    else
+        full = true;
     if (u)
         w->live++;
-    if (fresh) { /* another spawner mapped one meanwhile, or a slot was freed */
-        if (!w->spare) {
-            w->spare = fresh;
-            fresh->next = w->chunks;
-            w->chunks = fresh;
-        } else {
-            unused = fresh;
-        }
-    }
     util_spin_unlock(&w->lock);
-    if (unused)
-        sched_chunk_free(unused);
     /* util_err after the unlock: at MPIV_LOG=debug it writes to stderr,
      * a system call that may block (spinlock.h) */
     if (closed)
@@ -143,6 +113,112 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
                         "worker %d already holds MPIV_MAX_ULTS=%u ULTs: join some first", w->id,
                         sched_g.max_ults);
     return u;
+}
+
+/* ------------------------------------------------------------------------ */
+/* stacks (K1-K4 above; w's own pthread only)                               */
+/* ------------------------------------------------------------------------ */
+
+/* Single-writer counter bump: relaxed, only sched_stack_stats reads it. */
+static inline void stack_count(_Atomic uint64_t *c, int64_t d)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
+                          memory_order_relaxed);
+}
+
+/* A free stack for w: the most recently freed one, else a new one carved
+ * from the current chunk (mapping the next chunk when it is used up, 64
+ * stacks first, doubling up to SCHED_STACK_CHUNK). NULL if no chunk can
+ * be mapped. */
+static struct sched_stack *take_stack(struct sched_worker *w)
+{
+    struct sched_stack *s = w->stack_free;
+    if (s) {
+        w->stack_free = s->next_free;
+        return s;
+    }
+    if (w->chunk_left == 0) {
+        uint32_t n = w->chunk_next_n ? w->chunk_next_n : SCHED_STACK_CHUNK_MIN;
+        struct sched_chunk *c = sched_chunk_make(n);
+        if (!c)
+            return NULL;
+        c->next = w->chunks;
+        w->chunks = c;
+        w->cur = c;
+        w->chunk_left = n;
+        w->chunk_next_n = n * 2 < SCHED_STACK_CHUNK ? n * 2 : SCHED_STACK_CHUNK;
+    }
+    s = sched_stack_at(w->cur, w->cur->n - w->chunk_left);
+    w->chunk_left--;
+    stack_count(&w->stacks_made, 1);
+    return s;
+}
+
+static void ult_entry(transfer_t t);
+
+/* u's first run is about to happen: give it a stack and a context (K1).
+ * false if no stack could be had (u stays as it is). */
+static bool start_ult(struct sched_worker *w, struct mpiv_ult *u)
+{
+    struct sched_stack *s = take_stack(w);
+    if (!s) {
+        if (!w->stack_warned) {
+            w->stack_warned = true;
+            util_log_warn("worker %d cannot map ULT stacks (%s): its new ULTs wait until "
+                          "others end", w->id, strerror(errno));
+        }
+        return false;
+    }
+    stack_count(&w->stacks_used, 1);
+    u->stack = s;
+    u->stack_lo = s->lo;
+    u->stack_size = s->size;
+    u->tripwire = s->tripwire;
+#ifdef SCHED_ASAN
+    /* frames abandoned by the stack's previous ULT may have left poisoned
+     * redzones (a fresh stack has clean shadow: skip the 1/8-size memset) */
+    if (s->used)
+        __asan_unpoison_memory_region(s->lo, s->size);
+    s->used = true;
+    u->asan_fake = NULL;
+#endif
+#ifdef MPIV_TSAN
+    u->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    u->ctx = make_fcontext((char *)s, s->size, ult_entry);
+    return true;
+}
+
+/* u has ended: its stack goes back to w's cache (K1, K3). */
+static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
+{
+    struct sched_stack *s = u->stack;
+    s->next_free = w->stack_free;
+    w->stack_free = s;
+    u->stack = NULL;
+    u->stack_lo = NULL;
+    u->tripwire = NULL;
+    stack_count(&w->stacks_used, -1);
+#ifdef MPIV_TSAN
+    __tsan_destroy_fiber(u->tsan_fiber);
+#endif
+}
+
+void sched_stack_stats(struct sched_stack_stats *st)
+{
+    if (!st)
+        return;
+    memset(st, 0, sizeof *st);
+    if (!sched_ready())
+        return;
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = sched_g.workers[i];
+        /* relaxed: counters, nothing is read through them */
+        uint64_t made = atomic_load_explicit(&w->stacks_made, memory_order_relaxed);
+        uint64_t used = atomic_load_explicit(&w->stacks_used, memory_order_relaxed);
+        st->made += made;
+        st->in_use += used;
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -158,14 +234,18 @@ static void ult_entry(transfer_t t)
 #endif
     struct mpiv_ult *u = w->current;
     u->ret = u->fn(u->arg);
-    /* never resumed: the scheduler signals the joiner from its own stack,
-     * so the joiner may recycle this stack at once */
+    /* never resumed: the scheduler, on its own stack, puts this stack back
+     * in the cache and then signals the joiner, who may reuse the record */
     sched_to_scheduler(w, u, SCHED_ULT_FINISHED);
     util_fatal("finished ULT %u resumed", u->id);
 }
 
 static inline void sched_run(struct sched_worker *w, struct mpiv_ult *u)
 {
+    if (__builtin_expect(u->ctx == NULL, 0) && !start_ult(w, u)) {
+        sched_make_runnable(w, u); /* R5: tried again next sweep */
+        return;
+    }
     w->current = u;
 #ifdef SCHED_ASAN
     __sanitizer_start_switch_fiber(&w->asan_fake, u->stack_lo, u->stack_size);
@@ -182,9 +262,7 @@ static inline void sched_run(struct sched_worker *w, struct mpiv_ult *u)
         u->ctx = t.fctx;
         return;
     }
-#ifdef MPIV_TSAN
-    __tsan_destroy_fiber(u->tsan_fiber);
-#endif
+    end_ult(w, u);
     sched_signal_inline(&u->join); /* u may be recycled from here on */
 }
 
@@ -383,6 +461,8 @@ static void free_worker(struct sched_worker *w)
         munmap((void *)w->summary, sched_g.nsumwords * sizeof(uint64_t));
     if (w->slot)
         munmap((void *)w->slot, sched_g.max_ults * sizeof(void *));
+    if (w->recs)
+        munmap(w->recs, sched_g.max_ults * sizeof(struct mpiv_ult));
     if (w->altstack)
         munmap(w->altstack, 64 << 10);
     free(w);
@@ -449,8 +529,9 @@ int sched_init(const struct util_config *cfg)
         w->words = sched_map_zeroed(sched_g.nwords * sizeof(uint64_t));
         w->summary = sched_map_zeroed(sched_g.nsumwords * sizeof(uint64_t));
         w->slot = sched_map_zeroed(sched_g.max_ults * sizeof(void *));
+        w->recs = sched_map_zeroed(sched_g.max_ults * sizeof(struct mpiv_ult));
         w->altstack = sched_map_zeroed(64 << 10);
-        if (!w->words || !w->summary || !w->slot || !w->altstack)
+        if (!w->words || !w->summary || !w->slot || !w->recs || !w->altstack)
             goto nomem;
     }
 
@@ -648,18 +729,7 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
     atomic_store_explicit(&u->hstate, gen << 1, memory_order_relaxed);
     /* relaxed: the bit-set below publishes it with release */
     atomic_store_explicit(&u->join.state, 0, memory_order_relaxed);
-#ifdef SCHED_ASAN
-    /* frames abandoned by the previous ULT may have left poisoned redzones
-     * (a fresh stack has clean shadow: skip the 1/8-size memset) */
-    if (u->asan_used)
-        __asan_unpoison_memory_region(u->stack_lo, u->stack_size);
-    u->asan_used = true;
-    u->asan_fake = NULL;
-#endif
-#ifdef MPIV_TSAN
-    u->tsan_fiber = __tsan_create_fiber(0);
-#endif
-    u->ctx = make_fcontext((char *)u, u->stack_size, ult_entry);
+    u->ctx = NULL; /* no stack until its first run (K1) */
     *ult = ult_handle(u, gen);
     sched_make_runnable(w, u);
     return MPIV_SUCCESS;

@@ -80,6 +80,20 @@ void sched_set_idle_hook(sched_idle_hook fn);
  * without live ULTs still sleeps until a spawn wakes it. */
 void sched_set_idle_stay(bool on);
 
+/* ULT stacks, summed over the workers: `made` carved ever (a worker
+ * carves one only when its cache of free stacks is empty, so this is the
+ * sum of each worker's peak of stacks in use), `in_use` owned by a ULT
+ * now (running or blocked; made - in_use are cached for reuse). A ULT
+ * owns a stack only from its first run to its end, so ULTs that end
+ * without blocking need one stack per worker however many run. Read
+ * without stopping the workers: each worker's figures are exact at some
+ * recent moment. All zero if the scheduler is not running. */
+struct sched_stack_stats {
+    uint64_t made;
+    uint64_t in_use;
+};
+void sched_stack_stats(struct sched_stack_stats *st);
+
 /* Cores used by this process's workers, in order (for the server to avoid
  * them); sets *n. Valid after sched_init. */
 const int *sched_worker_cores(int *n);

@@ -122,12 +122,28 @@ _Static_assert(SCHED_H_SLOT_BITS + SCHED_H_WORKER_BITS + SCHED_H_GEN_BITS <= 8 *
  * SCHED_H_CLAIMED once a joiner has taken that handle. */
 #define SCHED_H_CLAIMED UINT32_C(1)
 
-/* One ULT record. It lives at the top of its own stack, so a blocked ULT
- * costs one committed page. */
+/* A stack's descriptor, at the top of the stack itself (below the
+ * tripwire bytes of the stack above, see stack.c): the ULT's first frame
+ * starts right below it. Made and used only by its worker's pthread (R3),
+ * like everything about stacks (K1-K4 in sched.c). */
+struct sched_stack {
+    _Alignas(UTIL_CACHELINE) struct sched_stack *next_free; /* w's cache of free stacks */
+    char *lo;                  /* lowest usable byte; guard page below */
+    size_t size;               /* usable bytes, up to this descriptor */
+    const uint64_t *tripwire;  /* NULL if a guard page lies below lo */
+#ifdef SCHED_ASAN
+    bool used; /* ran a ULT before: may hold stale poison */
+#endif
+};
+
+/* One ULT record, in its worker's record array (slot Γ), apart from any
+ * stack: a ULT owns a stack only from its first run to its end (K1). */
 struct mpiv_ult {
-    _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3) */
-    /* NULL if a guard page lies below stack_lo; else the tripwire words
-     * checked at every switch out (sched_stack_check) */
+    _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3);
+                                              * NULL: never ran, no stack */
+    /* copied from stack at its first run: NULL if a guard page lies below
+     * stack_lo; else the tripwire words checked at every switch out
+     * (sched_stack_check) */
     const uint64_t *tripwire;
     mpiv_ult_fn fn;
     void *arg;
@@ -135,8 +151,9 @@ struct mpiv_ult {
     struct sched_worker *w;
     struct mpiv_ult *next_free; /* free list of w, under w->lock */
     struct mpiv_ult *next_ready; /* w's private ready queue (R5) */
-    char *stack_lo;             /* lowest usable byte; guard page below */
-    size_t stack_size;          /* usable bytes, up to this record */
+    struct sched_stack *stack;  /* its stack while it has one (K1) */
+    char *stack_lo;             /* = stack->lo, for the fault handler */
+    size_t stack_size;          /* = stack->size */
     uint32_t id;                /* Γ */
     /* generation * 2 | SCHED_H_CLAIMED, see above: set by the spawner
      * before the handle is returned, claimed by the one joiner (CAS) */
@@ -144,7 +161,6 @@ struct mpiv_ult {
     sched_sync join;            /* signalled by the scheduler when done */
 #ifdef SCHED_ASAN
     void *asan_fake;
-    bool asan_used; /* ran before: its stack may hold stale poison */
 #endif
 #ifdef MPIV_TSAN
     void *tsan_fiber;
@@ -177,16 +193,22 @@ struct sched_worker {
 #ifdef MPIV_TSAN
     void *tsan_fiber;
 #endif
+    /* stacks (K1-K4 in sched.c): the worker's own pthread only (R3); the
+     * counters are written by it alone and read by sched_stack_stats */
+    struct sched_stack *stack_free; /* LIFO cache of free stacks */
+    uint32_t chunk_left;            /* stacks of cur not carved yet */
+    uint32_t chunk_next_n;          /* stacks in the next chunk to map */
+    struct sched_chunk *chunks;     /* all of w's chunks (freed at finalize) */
+    struct sched_chunk *cur;        /* the one being carved */
+    _Atomic uint64_t stacks_made;   /* carved from chunks, ever */
+    _Atomic uint64_t stacks_used;   /* owned by a ULT now */
+    bool stack_warned;              /* "cannot map" logged */
     /* slot allocation, shared with spawners on other threads: */
     _Alignas(UTIL_CACHELINE) util_spinlock lock;
     struct mpiv_ult *free_list;
     uint32_t hwm;   /* slots ever used */
     uint32_t live;  /* spawned and not yet joined */
-    uint32_t chunk_left; /* stacks of cur not carved yet */
-    uint32_t chunk_next_n; /* stacks in the next chunk to map */
-    struct sched_chunk *chunks;   /* all of w's chunks (freed at finalize) */
-    struct sched_chunk *cur;      /* the one being carved */
-    struct sched_chunk *spare;    /* mapped by a racing spawner, not yet used */
+    struct mpiv_ult *recs; /* the records of slots 0..max_ults, zeroed */
     /* start-up */
     pthread_t thread;
     int core; /* hwloc logical core index, -1 if not bound */
@@ -267,10 +289,11 @@ void sched_stack_release(void);
 struct sched_chunk *sched_chunk_make(uint32_t n);
 /* Unmaps c and gives back its mprotect guards. */
 void sched_chunk_free(struct sched_chunk *c);
-/* The record at the top of stack k of c, with stack_lo, stack_size and
- * tripwire set (the tripwire armed if the stack has no guard). Touches the
- * record's page and, for an unguarded stack, the top of the stack below. */
-struct mpiv_ult *sched_stack_record(struct sched_chunk *c, uint32_t k);
+/* The descriptor at the top of stack k of c, with lo, size and tripwire
+ * set (the tripwire armed if the stack has no guard). Touches the
+ * descriptor's page and, for an unguarded stack, the top of the stack
+ * below. */
+struct sched_stack *sched_stack_at(struct sched_chunk *c, uint32_t k);
 /* The SIGSEGV handler that reports ULT stack overflows; chains to the
  * previous handler for any other fault. Idempotent. */
 void sched_stack_segv_install(void);

@@ -1,16 +1,21 @@
 /*
  * stack.c — ULT stacks: how a chunk of stacks is laid out and mapped, the
  * guard pages below them, the tripwires of stacks that have none, and the
- * stack-overflow report. Which stack a ULT gets (slots, free lists) is
- * sched.c's business; this file only makes stacks and checks them.
+ * stack-overflow report. Which stack a ULT gets, and when (at its first
+ * run, from its worker's cache; given back the moment it ends: K1-K4 at
+ * the top of sched.c), is sched.c's business; this file only makes stacks
+ * and checks them.
  *
  * Layout: stacks are carved from per-worker chunks (64 stacks, doubling up
  * to SCHED_STACK_CHUNK = 1024):
  *
- *   [pad page] [guard 0][stack 0 ... record 0|tw 1] [guard 1][stack 1 ...
+ *   [pad page] [guard 0][stack 0 ... desc 0|tw 1] [guard 1][stack 1 ...
  *
- * A stack's record (struct mpiv_ult) sits at its top. Each stack has a
- * guard page below it and, at its very top, above its record,
+ * A stack's descriptor (struct sched_stack: its bounds, its tripwire, its
+ * link in the worker's free-stack cache) sits at its top; the ULT's frames
+ * start right below it. The ULT record itself is not on the stack (a ULT
+ * that never ran has none). Each stack has a
+ * guard page below it and, at its very top, above its descriptor,
  * SCHED_TRIPWIRE_BYTES that belong to the stack above ("tw 1": the
  * tripwire of stack 1; stack 0's lives at the top of the pad page).
  *
@@ -29,9 +34,9 @@
  *   (a) the ULT's stack pointer is below its stack (it is overflowing now:
  *       the gap page absorbs the first 4 KiB), or
  *   (b) any tripwire word changed: an overflow went past the gap page and
- *       was on its way into the record and frames of the stack below.
+ *       was on its way into the descriptor and frames of the stack below.
  * This costs no memory (the tripwire is in the page the stack below
- * already touches for its record) and, on unguarded stacks only, a read of
+ * already touches for its descriptor) and, on unguarded stacks only, a read of
  * 512 bytes per switch. sched_segv also reports a fault taken with the
  * stack pointer below the stack (a runaway recursion that ran off the
  * mapping).
@@ -39,20 +44,20 @@
  * jump (a frame of more than gap + 512 bytes, e.g. a big local array, that
  * writes only below the tripwire) and unwound before the ULT switched out;
  * (2) damage used before the overflowing ULT switches out: the stack below
- * is on the same worker and so cannot run until then, but other pthreads
- * may read its record meanwhile (a signaller reads u->w and u->id, a
- * spawner u->next_free of a joined slot); (3) an overflow of a chunk's
+ * is on the same worker and so cannot run until then (its descriptor and
+ * frames are read by that worker's pthread only, K2 in sched.c), but a
+ * ULT's frames may hold objects that other pthreads read meanwhile (a
+ * sched_sync or a request on its stack); (3) an overflow of a chunk's
  * first stack past the pad page into whatever is mapped below the chunk.
  * Guard pages catch all of these; the tripwire is the fallback for old
  * kernels beyond the VMA budget only.
  *
- * Creation cost: the first touch of a stack's top page (the record) is a
- * page fault. Where process_madvise() on ourselves takes any advice (Linux
+ * Creation cost: the first touch of a stack's top page (the descriptor)
+ * is a page fault. Where process_madvise() on ourselves takes any advice (Linux
  * >= 6.13), a chunk's top pages are prefaulted with one
- * MADV_POPULATE_WRITE call instead (the pages spawns would touch, so the
- * same RSS once the chunk is used; until then up to a chunk's top pages,
- * 1024 x 4 KiB per worker, are committed early, and as much again for a
- * worker's spare chunk).
+ * MADV_POPULATE_WRITE call instead (the pages first runs would touch, so
+ * the same RSS once the chunk is used; until then up to a chunk's top
+ * pages, 1024 x 4 KiB per worker, are committed early).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -207,7 +212,7 @@ struct sched_chunk *sched_chunk_make(uint32_t n)
         if (!guard_one(s0 + (size_t)k * stride, &c->guard_vmas))
             c->unguarded[k / 64] |= UINT64_C(1) << (k % 64);
     if (iov && sched_g.pm_populate) {
-        /* prefault each top page (record, tripwire, first frames): a
+        /* prefault each top page (descriptor, tripwire, first frames): a
          * failure only leaves them to be faulted on first touch */
         for (uint32_t k = 0; k < n; k++)
             iov[k] = (struct iovec){s0 + (size_t)(k + 1) * stride - pg, pg};
@@ -228,24 +233,25 @@ void sched_chunk_free(struct sched_chunk *c)
     free(c);
 }
 
-struct mpiv_ult *sched_stack_record(struct sched_chunk *c, uint32_t k)
+struct sched_stack *sched_stack_at(struct sched_chunk *c, uint32_t k)
 {
     size_t stride = sched_stack_stride();
     char *base = (char *)c->base + sched_g.page + (size_t)k * stride; /* its guard page */
-    size_t rec = (sizeof(struct mpiv_ult) + UTIL_CACHELINE - 1) & ~(size_t)(UTIL_CACHELINE - 1);
-    struct mpiv_ult *u = (struct mpiv_ult *)(base + stride - SCHED_TRIPWIRE_BYTES - rec);
-    u->stack_lo = base + sched_g.page;
-    u->stack_size = (size_t)((char *)u - u->stack_lo);
-    u->tripwire = NULL;
+    size_t d = (sizeof(struct sched_stack) + UTIL_CACHELINE - 1) & ~(size_t)(UTIL_CACHELINE - 1);
+    struct sched_stack *s = (struct sched_stack *)(base + stride - SCHED_TRIPWIRE_BYTES - d);
+    s->next_free = NULL;
+    s->lo = base + sched_g.page;
+    s->size = (size_t)((char *)s - s->lo);
+    s->tripwire = NULL;
     if (c->unguarded[k / 64] >> (k % 64) & 1) {
         /* the top of the stack below (or of the pad page), touched already
-         * for that stack's record; written before u is published */
+         * for that stack's descriptor */
         uint64_t *t = (uint64_t *)(base - SCHED_TRIPWIRE_BYTES);
         for (size_t i = 0; i < SCHED_TRIPWIRE_BYTES / sizeof *t; i++)
             t[i] = sched_g.tripwire;
-        u->tripwire = t;
+        s->tripwire = t;
     }
-    return u;
+    return s;
 }
 
 /* ------------------------------------------------------------------------ */
