@@ -505,9 +505,11 @@ static void expect_overflow_abort(int fd, pid_t pid, int case_no, const char *wa
 
 /* Case 0: ULT 0 overflows. Case 1: 100 ULTs block first, so the one that
  * overflows (ULT 100) is in the second chunk of stacks: its guard comes
- * from the batched install, past the first entries. Either way the guard
- * page must be what catches it (the stack-pointer checks would report an
- * unguarded stack too, in other words). */
+ * from the batched install, past the first entries. Case 2: as 1, and 50
+ * ULTs start and end on stack 100 before ULT 100 (the same slot) runs
+ * there: a recycled stack keeps its guard. Each way the guard page must be
+ * what catches it (the stack-pointer checks would report an unguarded
+ * stack too, in other words). */
 static sched_sync many_gate;
 
 static void *wait_many_gate(void *arg)
@@ -548,6 +550,9 @@ START_TEST(stack_overflow_reported)
         sched_sync_init(&many_gate);
         for (int k = 0; k < (_i ? 100 : 0); k++)
             if (mpiv_ult_spawn(wait_many_gate, NULL, 0, &u))
+                _exit(4);
+        for (int k = 0; k < (_i == 2 ? 50 : 0); k++)
+            if (mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &u) || mpiv_ult_join(u, NULL))
                 _exit(4);
         if (mpiv_ult_spawn(overflow, NULL, 0, &u))
             _exit(4);
@@ -651,7 +656,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);
-    tcase_add_loop_test(tc, stack_overflow_reported, 0, 2);
+    tcase_add_loop_test(tc, stack_overflow_reported, 0, 3);
     tcase_add_loop_test(tc, stack_overflow_fallback, 0, 4);
     suite_add_tcase(s, tc);
     return s;
