@@ -13,6 +13,15 @@
  *         matching table at once (or N unexpected messages, whichever side
  *         runs ahead; in practice both sides spawn at the same pace and
  *         few wait at a time).
+ *   recvfirst: the ults pattern with the receives posted first: rank 1
+ *         spawns its N ULTs, each posts its receive (mpiv_irecv) and then
+ *         waits for it; once all N are posted (N ULTs blocked in a receive,
+ *         what peak RSS then measures) a barrier lets rank 0 spawn its N
+ *         senders.
+ *   pingpong: the reference per-message cost in the same job: 64 ULT
+ *         pairs ping-pong 8-byte messages (bench/pt2pt's mt_latency at 64
+ *         pairs); its time divided by the round trips of all pairs, i.e.
+ *         per message sent by rank 0 (mt_latency's messages/s, inverted).
  *   posted: rank 1 runs one ULT that posts N receives (mpiv_irecv, tags
  *         0..N-1), then joins a barrier, then waits for them all; rank 0
  *         runs one ULT that joins the barrier, then sends N messages: N
@@ -27,12 +36,19 @@
  * loop, posted, ults, and each figure includes the earlier phases'). Every message carries a value derived from
  * its tag, checked by the receiver; any error makes the exit status 1.
  *
- * Usage: mpiv_run -n 2 million N [loop|posted|ults|all]
+ * Usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]
+ *   MODE: loop, posted, ults, recvfirst, pingpong (run in that order).
  *   N: a count with an optional K (x1024) or M (x1048576) suffix, e.g. 64K.
  *   Spawning N ULTs needs MPIV_MAX_ULTS >= N / MPIV_WORKERS.
+ *   pthread: ults and recvfirst with N plain pthreads (64 KiB stacks) per
+ *   rank instead of N ULTs, through the same API ("all" then runs those
+ *   two only); for small N, where a process can hold N threads.
+ * bench/million/run.sh runs the grid of issue 16 and writes a table and a
+ * plot.
  * Only the public API (mpiv.h) is used.
  */
 #include <mpiv.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,22 +165,110 @@ static void *posted_messages(void *arg)
     return NULL;
 }
 
+/* recvfirst: rank 1's ULT (or pthread) i posts its receive, counts it,
+ * then waits for it. */
+static _Atomic uint32_t posted_now;
+
+static void *recv_posted_first(void *arg)
+{
+    uint32_t tag = (uint32_t)(uintptr_t)arg;
+    if (rank == 0) {
+        send_one(tag);
+        return NULL;
+    }
+    uint64_t v = 0;
+    mpiv_request_t req;
+    mpiv_status_t st;
+    int rc = mpiv_irecv(&v, sizeof v, 0, (int)tag, &req);
+    posted_now++;
+    if (rc) {
+        fail("irecv", rc);
+        return NULL;
+    }
+    if ((rc = mpiv_wait(&req, &st)))
+        fail("wait", rc);
+    else if (v != (MAGIC ^ tag) && errors++ < 10)
+        fprintf(stderr, "rank 1: tag %u: got %#llx\n", tag, (unsigned long long)v);
+    return NULL;
+}
+
+/* pingpong: pair p (tag p) does PP_ROUNDS round trips; rank 0 starts. */
+#define PP_PAIRS 64
+#define PP_ROUNDS 2000
+
+static void *pingpong_pair(void *arg)
+{
+    int tag = (int)(uintptr_t)arg, rc;
+    uint64_t v;
+    for (uint64_t i = 0; i < PP_ROUNDS; i++) {
+        if (rank == 0) {
+            v = MAGIC ^ i;
+            if ((rc = mpiv_send(&v, sizeof v, 1, tag)) || (rc = mpiv_recv(&v, sizeof v, 1, tag, NULL)))
+                fail("pingpong", rc);
+        } else {
+            if ((rc = mpiv_recv(&v, sizeof v, 0, tag, NULL)) || (rc = mpiv_send(&v, sizeof v, 0, tag)))
+                fail("pingpong", rc);
+        }
+        if (v != (MAGIC ^ i) && errors++ < 10)
+            fprintf(stderr, "rank %d: pingpong pair %d round %llu: got %#llx\n", rank, tag,
+                    (unsigned long long)i, (unsigned long long)v);
+    }
+    return NULL;
+}
+
+static int use_pthreads;
+static pthread_t *threads;
+
+/* Starts worker i of a phase: a ULT, or a pthread with a 64 KiB stack. */
+static int start_one(mpiv_ult_fn fn, uint32_t i);
+static int join_one(uint32_t i);
+
 static mpiv_ult_t *ults;
+
+static int start_one(mpiv_ult_fn fn, uint32_t i)
+{
+    if (!use_pthreads)
+        return mpiv_ult_spawn(fn, (void *)(uintptr_t)i, MPIV_WORKER_ANY, &ults[i]);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 << 10);
+    int rc = pthread_create(&threads[i], &a, fn, (void *)(uintptr_t)i);
+    pthread_attr_destroy(&a);
+    if (rc) {
+        fprintf(stderr, "rank %d: pthread_create %u: %s\n", rank, i, strerror(rc));
+        return MPIV_ERR_NO_RESOURCES;
+    }
+    return MPIV_SUCCESS;
+}
+
+static int join_one(uint32_t i)
+{
+    if (!use_pthreads)
+        return mpiv_ult_join(ults[i], NULL);
+    return pthread_join(threads[i], NULL) ? MPIV_ERR_INTERNAL : MPIV_SUCCESS;
+}
 
 /* Returns this rank's seconds for the phase, or a negative value if a
  * spawn failed (then the job cannot finish the phase: the caller exits). */
 static double phase(const char *name, uint32_t n)
 {
-    int many = strcmp(name, "ults") == 0;
+    int many = strcmp(name, "ults") == 0, recvfirst = strcmp(name, "recvfirst") == 0;
+    int pingpong = strcmp(name, "pingpong") == 0;
     int rc = mpiv_barrier();
     if (rc) {
         fail("barrier", rc);
         return -1;
     }
     double t0 = mpiv_wtime();
-    if (many) {
+    if (many || recvfirst) {
+        mpiv_ult_fn fn = many ? one_message : recv_posted_first;
+        /* recvfirst: rank 1 spawns and posts first, rank 0 waits */
+        if (recvfirst && rank == 0 && (rc = mpiv_barrier())) {
+            fail("barrier", rc);
+            return -1;
+        }
         for (uint32_t i = 0; i < n; i++) {
-            rc = mpiv_ult_spawn(one_message, (void *)(uintptr_t)i, MPIV_WORKER_ANY, &ults[i]);
+            rc = start_one(fn, i);
             if (rc) {
                 fail("spawn", rc);
                 fprintf(stderr, "rank %d: spawned %u of %u ULTs (raise MPIV_MAX_ULTS?)\n", rank, i,
@@ -172,9 +276,33 @@ static double phase(const char *name, uint32_t n)
                 return -1;
             }
         }
+        if (recvfirst && rank == 1) {
+            struct timespec nap = {0, 1000000};
+            while (posted_now < n)
+                nanosleep(&nap, NULL);
+            /* every receive posted: this rank's peak RSS holds N blocked
+             * receivers now */
+            printf("rank 1  %u receives posted in %.3f s, RSS %.1f MiB\n", n, mpiv_wtime() - t0,
+                   peak_rss_kib() / 1024.0);
+            if ((rc = mpiv_barrier())) {
+                fail("barrier", rc);
+                return -1;
+            }
+        }
         for (uint32_t i = 0; i < n; i++)
+            if ((rc = join_one(i)))
+                fail("join", rc);
+    } else if (pingpong) {
+        for (uint32_t i = 0; i < PP_PAIRS; i++)
+            if ((rc = mpiv_ult_spawn(pingpong_pair, (void *)(uintptr_t)i, MPIV_WORKER_ANY,
+                                     &ults[i]))) {
+                fail("spawn", rc);
+                return -1;
+            }
+        for (uint32_t i = 0; i < PP_PAIRS; i++)
             if ((rc = mpiv_ult_join(ults[i], NULL)))
                 fail("join", rc);
+        n = PP_PAIRS * PP_ROUNDS;
     } else {
         mpiv_ult_fn fn = strcmp(name, "loop") == 0 ? all_messages : posted_messages;
         rc = mpiv_ult_spawn(fn, (void *)(uintptr_t)n, MPIV_WORKER_ANY, &ults[0]);
@@ -186,8 +314,9 @@ static double phase(const char *name, uint32_t n)
             fail("join", rc);
     }
     double t = mpiv_wtime() - t0;
-    printf("rank %d  %-6s  N %8u  %9.3f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d\n", rank,
-           name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers());
+    printf("rank %d  %-9s  N %8u  %9.3f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d  %s\n",
+           rank, name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers(),
+           use_pthreads && (many || recvfirst) ? "pthread" : "ult");
     fflush(stdout);
     if ((rc = mpiv_barrier()))
         fail("barrier", rc);
@@ -210,6 +339,38 @@ static uint32_t parse_count(const char *s)
     return (uint32_t)v;
 }
 
+static const char *const modes[] = {"loop", "posted", "ults", "recvfirst", "pingpong"};
+
+/* Whether the comma-separated list `list` names mode m. */
+static int has_mode(const char *list, const char *m)
+{
+    size_t len = strlen(m);
+    for (const char *p = list; p; p = strchr(p, ',')) {
+        if (*p == ',')
+            p++;
+        if (!strncmp(p, m, len) && (p[len] == ',' || p[len] == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether every entry of the comma-separated list is a mode. */
+static int mode_ok(const char *list)
+{
+    for (const char *p = list;; p++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int found = 0;
+        for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++)
+            found |= strlen(modes[k]) == len && !strncmp(p, modes[k], len);
+        if (!found)
+            return 0;
+        if (!e)
+            return 1;
+        p = e;
+    }
+}
+
 int main(int argc, char **argv)
 {
     int rc = mpiv_init(&argc, &argv);
@@ -220,19 +381,26 @@ int main(int argc, char **argv)
     rank = mpiv_rank();
     uint32_t n = argc > 1 ? parse_count(argv[1]) : 0;
     const char *mode = argc > 2 ? argv[2] : "all";
+    const char *kind = argc > 3 ? argv[3] : "ult";
     int all = !strcmp(mode, "all");
-    int ok_mode = all || !strcmp(mode, "loop") || !strcmp(mode, "posted") || !strcmp(mode, "ults");
-    if (mpiv_size() != 2 || n == 0 || n > (uint32_t)MPIV_TAG_MAX || !ok_mode) {
+    int ok_mode = all || mode_ok(mode);
+    use_pthreads = !strcmp(kind, "pthread");
+    int ok_kind = use_pthreads || !strcmp(kind, "ult");
+    if (mpiv_size() != 2 || n == 0 || n > (uint32_t)MPIV_TAG_MAX || !ok_mode || !ok_kind) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpiv_run -n 2 million N [loop|posted|ults|all]\n"
-                            "  N: 1..16M messages, K and M suffixes allowed (e.g. 64K, 1M)\n"
-                            "  (got %d ranks, N '%s', mode '%s')\n",
-                    mpiv_size(), argc > 1 ? argv[1] : "", mode);
+            fprintf(stderr,
+                    "usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]\n"
+                    "  MODE: loop, posted, ults, recvfirst, pingpong\n"
+                    "  N: 1..16M messages, K and M suffixes allowed (e.g. 64K, 1M)\n"
+                    "  (got %d ranks, N '%s', mode '%s', kind '%s')\n",
+                    mpiv_size(), argc > 1 ? argv[1] : "", mode, kind);
         mpiv_finalize();
         return 2;
     }
-    ults = malloc(sizeof *ults * n);
-    if (!ults) {
+    uint32_t nh = n > PP_PAIRS ? n : PP_PAIRS;
+    ults = malloc(sizeof *ults * nh);
+    threads = use_pthreads ? malloc(sizeof *threads * n) : NULL;
+    if (!ults || (use_pthreads && !threads)) {
         fprintf(stderr, "rank %d: no memory for %u ULT handles\n", rank, n);
         return 1;
     }
@@ -247,14 +415,20 @@ int main(int argc, char **argv)
         return 1;
     }
     double tl = 0, tu = 0;
-    if ((all || !strcmp(mode, "loop")) && (tl = phase("loop", n)) < 0)
+    int ults_only = use_pthreads; /* pthreads: the many-thread phases only */
+    if (!ults_only && (all || has_mode(mode, "loop")) && (tl = phase("loop", n)) < 0)
         return 1;
-    if ((all || !strcmp(mode, "posted")) && phase("posted", n) < 0)
+    if (!ults_only && (all || has_mode(mode, "posted")) && phase("posted", n) < 0)
         return 1;
-    if ((all || !strcmp(mode, "ults")) && (tu = phase("ults", n)) < 0)
+    if ((all || has_mode(mode, "ults")) && (tu = phase("ults", n)) < 0)
+        return 1;
+    if ((all || has_mode(mode, "recvfirst")) && phase("recvfirst", n) < 0)
+        return 1;
+    if (!ults_only && (all || has_mode(mode, "pingpong")) && phase("pingpong", n) < 0)
         return 1;
     if (tl > 0 && tu > 0)
         printf("rank %d  ults/loop per message: %.2fx\n", rank, tu / tl);
+    free(threads);
     free(ults);
     rc = mpiv_finalize();
     if (rc)
