@@ -633,8 +633,14 @@ int sched_finalize(void)
         atomic_store_explicit(&w->sleeping, 0, memory_order_seq_cst);
         sched_futex(&w->sleeping, FUTEX_WAKE, 1);
     }
-    for (int i = 0; i < sched_g.nworkers; i++)
-        pthread_join(sched_g.workers[i]->thread, NULL);
+    for (int i = 0; i < sched_g.nworkers; i++) {
+        struct sched_worker *w = sched_g.workers[i];
+        pthread_join(w->thread, NULL);
+        /* relaxed: the worker has exited (joined) */
+        util_log_info("worker %d: %u ULT slots used, %llu stacks made", i, w->hwm,
+                      (unsigned long long)atomic_load_explicit(&w->stacks_made,
+                                                               memory_order_relaxed));
+    }
     free_all();
     sched_stack_segv_restore();
     return MPIV_SUCCESS;
