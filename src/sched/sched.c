@@ -183,7 +183,9 @@ static bool start_ult(struct sched_worker *w, struct mpiv_ult *u)
     u->asan_fake = NULL;
 #endif
 #ifdef MPIV_TSAN
-    u->tsan_fiber = __tsan_create_fiber(0);
+    if (!s->tsan_fiber)
+        s->tsan_fiber = __tsan_create_fiber(0);
+    u->tsan_fiber = s->tsan_fiber;
 #endif
     u->ctx = make_fcontext((char *)s, s->size, ult_entry);
     return true;
@@ -199,9 +201,6 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
     u->stack_lo = NULL;
     u->tripwire = NULL;
     stack_count(&w->stacks_used, -1);
-#ifdef MPIV_TSAN
-    __tsan_destroy_fiber(u->tsan_fiber);
-#endif
 }
 
 void sched_stack_stats(struct sched_stack_stats *st)
@@ -451,6 +450,12 @@ static void free_worker(struct sched_worker *w)
 {
     if (!w)
         return;
+#ifdef MPIV_TSAN
+    /* every stack is in the cache now (no ULT is live, K3) */
+    for (struct sched_stack *s = w->stack_free; s; s = s->next_free)
+        if (s->tsan_fiber)
+            __tsan_destroy_fiber(s->tsan_fiber);
+#endif
     for (struct sched_chunk *c = w->chunks, *n; c; c = n) {
         n = c->next;
         sched_chunk_free(c);

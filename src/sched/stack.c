@@ -240,6 +240,12 @@ struct sched_stack *sched_stack_at(struct sched_chunk *c, uint32_t k)
     size_t d = (sizeof(struct sched_stack) + UTIL_CACHELINE - 1) & ~(size_t)(UTIL_CACHELINE - 1);
     struct sched_stack *s = (struct sched_stack *)(base + stride - SCHED_TRIPWIRE_BYTES - d);
     s->next_free = NULL;
+#ifdef SCHED_ASAN
+    s->used = false;
+#endif
+#ifdef MPIV_TSAN
+    s->tsan_fiber = NULL;
+#endif
     s->lo = base + sched_g.page;
     s->size = (size_t)((char *)s - s->lo);
     s->tripwire = NULL;
