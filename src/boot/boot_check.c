@@ -22,12 +22,13 @@
 
 #include "boot.h"
 
-enum { SHARED_COUNT = 5, SHARED_LEN = 64 };
+enum { SHARED_COUNT = 7, SHARED_LEN = 64 };
 
 /* MPIV_EAGER_CREDIT: a sender counts its eager bytes against its own
  * value, the receiver's memory is what it bounds. */
 static const char *const shared_names[SHARED_COUNT] = {
     "MPIV_PACKET_SIZE", "MPIV_EAGER_LIMIT", "MPIV_NET", "MPIV_OFI_PROVIDER", "MPIV_EAGER_CREDIT",
+    "MPIV_SHM_EAGER_LIMIT", "MPIV_SHM_RING",
 };
 
 /* Each shared setting as text: what the message prints and what is
@@ -42,6 +43,8 @@ static void shared_values(const struct util_config *cfg, char v[SHARED_COUNT][SH
              cfg->net >= 0 && cfg->net < 4 ? nets[cfg->net] : "(unknown)");
     snprintf(v[3], SHARED_LEN, "%s", cfg->ofi_provider[0] ? cfg->ofi_provider : "(unset)");
     snprintf(v[4], SHARED_LEN, "%" PRId64, cfg->eager_credit);
+    snprintf(v[5], SHARED_LEN, "%" PRId64, cfg->shm_eager_limit);
+    snprintf(v[6], SHARED_LEN, "%" PRId64, cfg->shm_ring);
 }
 
 /* FNV-1a, 64 bits: equal settings give equal digests on every rank. */

@@ -329,12 +329,10 @@ static void ht_shrink(struct ht_stripe *s, size_t n_seen)
     free(old);
 }
 
-ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
+/* ht_match_or_insert, and ht_match when !insert (v then only gives the
+ * kind that looks for a match, and is never stored). */
+static inline ht_value ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool insert)
 {
-#ifndef NDEBUG
-    if (util_unlikely(v == HT_EMPTY))
-        util_fatal("ht_match_or_insert: a NULL request is not a value");
-#endif
     uint64_t h = ht_hash(k);
     struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
     void *spare = NULL;       /* a line allocated outside the lock (I8)   */
@@ -378,6 +376,8 @@ search:;
                     ret = cur;
                     goto emptied;
                 }
+                if (!insert)
+                    goto done;
                 /* A second value of the same kind: start a queue. */
                 if (!spare)
                     goto need_line;
@@ -403,6 +403,8 @@ search:;
                 garbage = q;
                 goto emptied;
             }
+            if (!insert)
+                goto done;
             if (ht_queue_push(q, v) == 0)
                 goto done;
             /* Full ring: grow it with memory taken outside the lock. */
@@ -433,6 +435,8 @@ search:;
             break;
     }
 
+    if (!insert)
+        goto done;
     /* k is not in the stripe: v waits in the first free entry of its probe
      * sequence, once the stripe has room for one more key (I7). */
     if (util_unlikely(s->used >= 2 * (mask + 1))) {
@@ -481,6 +485,20 @@ need_line:
     util_spin_unlock(&s->lock);
     spare = ht_line_alloc();
     goto retry;
+}
+
+ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
+{
+#ifndef NDEBUG
+    if (util_unlikely(v == HT_EMPTY))
+        util_fatal("ht_match_or_insert: a NULL request is not a value");
+#endif
+    return ht_lookup(t, k, v, true);
+}
+
+ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind)
+{
+    return ht_lookup(t, k, (ht_value)kind, false);
 }
 
 size_t ht_count(struct ht_table *t)

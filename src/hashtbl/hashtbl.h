@@ -67,6 +67,15 @@ void ht_destroy(struct ht_table *t);
  * out of memory to grow the table or a per-key queue is fatal. */
 ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
 
+/* The match half alone: if values of the other kind than `kind` wait
+ * under k, the oldest is removed and returned; otherwise nothing changes
+ * and HT_EMPTY is returned. For an arrival that is cheaper to handle
+ * without a copy when a receive waits (kind HT_KIND_PKT): a receive only
+ * waits under k while no message of k does, so taking it keeps FIFO; if
+ * none waits, the caller inserts a copy with ht_match_or_insert, which
+ * still matches a receive posted in between. */
+ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
+
 /* Number of values waiting in the table (both kinds). Locks each bucket in
  * turn: exact only when no one inserts concurrently (tests, finalize). */
 size_t ht_count(struct ht_table *t);

@@ -71,6 +71,7 @@ int mpiv_init(int *argc, char ***argv)
     if (rc)
         goto fail_srv;
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
+    srv_set_data_handler(proto_on_data);
     rc = sched_init(cfg);
     if (rc)
         goto fail_srv;

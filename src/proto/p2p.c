@@ -375,6 +375,25 @@ static int send_rtr(pkt_t *p, const struct proto_hdr *rts_in, uint16_t status, u
     return rc;
 }
 
+/* Completes receive r with the eager message whose (decoded) header is h
+ * and payload is at `payload`: copies it into the buffer if it fits (I3),
+ * owes its credit back (I6), completes r. */
+static void eager_complete(struct mpiv_request *r, const struct proto_hdr *h,
+                           const void *payload, bool server)
+{
+    size_t size = (size_t)h->size;
+    r->status.source = h->src;
+    r->status.tag = (int)h->tag;
+    r->status.size = size;
+    int err = MPIV_SUCCESS;
+    if (size > r->size)
+        err = MPIV_ERR_TRUNCATE;
+    else if (size)
+        memcpy(r->buf, payload, size);
+    credit_owe(h->src, size, server);
+    finish(r, err);
+}
+
 /* Completes the match of receive r with packet p (EAGER or RTS). Called by
  * the second of the receiving thread and the server; `server` tells which,
  * for where packets come from and go back to. */
@@ -383,21 +402,16 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
     struct proto_hdr *h = proto_hdr_of(p);
     int src = h->src;
     size_t size = (size_t)h->size;
+
+    if (h->type == PROTO_EAGER) {
+        struct proto_hdr hd = *h;
+        eager_complete(r, &hd, h + 1, server);
+        proto_pkt_release(p, server);
+        return;
+    }
     r->status.source = src;
     r->status.tag = (int)h->tag;
     r->status.size = size;
-
-    if (h->type == PROTO_EAGER) {
-        int err = MPIV_SUCCESS;
-        if (size > r->size)
-            err = MPIV_ERR_TRUNCATE;
-        else if (size)
-            memcpy(r->buf, h + 1, size);
-        proto_pkt_release(p, server);
-        credit_owe(src, size, server);
-        finish(r, err);
-        return;
-    }
 
     /* RTS: the RTR is written into it, so it must be a pool packet. A heap
      * copy (I5) sat in the table, so the caller is a receiving thread,
@@ -602,18 +616,9 @@ static void on_abort(pkt_t *p)
     finish(r, err == MPIV_ERR_TRUNCATE ? MPIV_ERR_NET : err);
 }
 
-/* Server: every arrived packet, before anything else looks at it. */
-void proto_on_packet(pkt_t *p)
+/* Server: a decoded packet of the given type. */
+static void on_decoded(pkt_t *p, int type)
 {
-    int src = p->peer;
-    int type = proto_decode(p, src);
-    if (type < 0) {
-        pkt_put_server(proto.pool, p);
-        return;
-    }
-    struct proto_hdr *h = proto_hdr_of(p);
-    if (h->credit && src != proto.rank)
-        credit_give(src, h->credit);
     switch (type) {
     case PROTO_EAGER:
     case PROTO_RTS:
@@ -629,6 +634,81 @@ void proto_on_packet(pkt_t *p)
         pkt_put_server(proto.pool, p);
         break;
     }
+}
+
+/* Server: every arrived packet, before anything else looks at it. */
+void proto_on_packet(pkt_t *p)
+{
+    int src = p->peer;
+    struct proto_hdr h;
+    int type = proto_decode_data(p->data, p->len, src, &h);
+    if (type < 0) {
+        pkt_put_server(proto.pool, p);
+        return;
+    }
+    if (h.credit && src != proto.rank)
+        credit_give(src, h.credit);
+    on_decoded(p, type);
+}
+
+/* Server: an EAGER message lent in place (h: its decoded header, payload:
+ * its h->size bytes, valid until we return). A receive waiting for it gets
+ * it straight from there, else a copy waits in the table: in `spare` if it
+ * fits a packet (returns true: spare is taken), else in a heap block
+ * shaped like one (I5's form; bounded by eager credit, I6). */
+static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payload, int src,
+                          pkt_t *spare)
+{
+    ht_key k = ht_make_key(h->ctx, (uint32_t)src, h->tag);
+    /* A receive waits under k only while no message of k does (the table
+     * holds one kind per key), so taking it keeps FIFO order. */
+    ht_value v = ht_match(proto.ht, k, HT_KIND_PKT);
+    if (v != HT_EMPTY) {
+        eager_complete(ht_ptr(v), h, payload, true);
+        return false;
+    }
+    size_t len = sizeof *h + (size_t)h->size;
+    if (len <= pkt_data_size(proto.pool)) {
+        memcpy(spare->data, h, sizeof *h);
+        memcpy(spare->data + sizeof *h, payload, (size_t)h->size);
+        spare->len = (uint32_t)len;
+        spare->peer = src;
+        on_eager_or_rts(spare); /* matches a receive posted meanwhile */
+        return true;
+    }
+    pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + len + 63) / 64 * 64);
+    if (!copy)
+        util_fatal("out of memory for a %zu-byte message from rank %d", (size_t)h->size, src);
+    memcpy(copy->data, h, sizeof *h);
+    memcpy(copy->data + sizeof *h, payload, (size_t)h->size);
+    copy->len = (uint32_t)len;
+    copy->peer = src;
+    copy->idx = PROTO_HEAP_IDX;
+    v = ht_match_or_insert(proto.ht, k, ht_val(copy, HT_KIND_PKT));
+    if (v != HT_EMPTY)
+        proto_match(ht_ptr(v), copy, true); /* a receive came in between */
+    return false;
+}
+
+/* Server: an arrival lent in place by the transport (srv_data_handler). */
+bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare)
+{
+    struct proto_hdr h;
+    int type = proto_decode_data(data, len, src, &h);
+    if (type < 0)
+        return false;
+    if (h.credit && src != proto.rank)
+        credit_give(src, h.credit);
+    if (type == PROTO_EAGER)
+        return on_eager_data(&h, data + sizeof h, src, spare);
+    /* The rest are a header and at most an RTR body: into the packet,
+     * with the checked header over what was copied. */
+    memcpy(spare->data, data, len);
+    memcpy(spare->data, &h, sizeof h);
+    spare->len = (uint32_t)len;
+    spare->peer = src;
+    on_decoded(spare, type);
+    return true;
 }
 
 /* --- a failed peer (I7) ---------------------------------------------------------- */
@@ -721,9 +801,35 @@ static int proto_deliver(pkt_t *p, int dest)
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
-    bool eager = size <= proto.eager_limit &&
+    size_t eager_max = proto_eager_max(dest);
+    bool eager = size <= eager_max &&
                  (dest == proto.rank || credit_take(dest, eager_cost(size)));
-    if (!eager && size <= proto.eager_limit)
+    if (eager && dest != proto.rank && size + sizeof(struct proto_hdr) <= srv_inline_max(dest)) {
+        /* Straight into the transport, no packet (shm) when nothing is
+         * queued ahead of it; else the packet path below, in order. */
+        struct proto_hdr hd;
+        hdr_init(&hd, PROTO_EAGER, dest);
+        hd.ctx = (uint8_t)ctx;
+        hd.tag = (uint32_t)tag;
+        hd.size = size;
+        int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
+        if (rc == MPIV_SUCCESS) {
+            finish(r, MPIV_SUCCESS);
+            return MPIV_SUCCESS;
+        }
+        /* not sent: whatever it carried is still ours to give */
+        if (hd.credit)
+            atomic_fetch_add_explicit(&proto.owed[dest], (long)hd.credit, memory_order_relaxed);
+        if (rc != SRV_INLINE_LATER)
+            return rc;
+        if (size > proto.eager_limit) {
+            /* too large for a packet: an RTS, which keeps the order */
+            atomic_fetch_add_explicit(&proto.credit[dest], eager_cost(size),
+                                      memory_order_relaxed);
+            eager = false;
+        }
+    }
+    if (!eager && size <= eager_max)
         atomic_fetch_add_explicit(&n_eager_as_rts, 1, memory_order_relaxed);
     if (!eager && size) {
         int rc = srv_mr_get((void *)buf, size, &r->mr);
@@ -769,7 +875,7 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
      * on the receiving thread, so that the server never stalls all
      * progress registering a large buffer when the RTS finds it posted. A
      * failure is kept for the match (which refuses the message). */
-    if (size > proto.eager_limit)
+    if (size > proto_eager_max(src))
         r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));

@@ -85,6 +85,10 @@ enum proto_drop {
  * against its type. Returns the type, or -1 after counting and logging the
  * drop (the caller gives the packet back). Never reads past p->len. */
 int proto_decode(const pkt_t *p, int src);
+/* The same on len bytes at data (an arrival the transport lends in place,
+ * which a faulty peer may still be rewriting): the header is copied into
+ * *h once, and only *h may be trusted afterwards. */
+int proto_decode_data(const unsigned char *data, size_t len, int src, struct proto_hdr *h);
 
 /* Counts one dropped packet or immediate and logs it (rate-limited). */
 void proto_count_drop(enum proto_drop why, int src, const char *what);
@@ -186,6 +190,17 @@ struct proto_state {
 };
 extern struct proto_state proto;
 
+/* The largest message sent eagerly to (or accepted eagerly from) peer:
+ * what a packet holds, or more where the transport copies messages
+ * straight into the peer's memory (shm, srv_inline_max). Ourselves: a
+ * packet's worth (sends to our own rank are handed over as packets). */
+static inline size_t proto_eager_max(int peer)
+{
+    size_t m = peer == proto.rank ? 0 : srv_inline_max(peer);
+    m = m > sizeof(struct proto_hdr) ? m - sizeof(struct proto_hdr) : 0;
+    return m > proto.eager_limit ? m : proto.eager_limit;
+}
+
 /* Point-to-point on a given context (user or collective). On failure the
  * request is not pending (nothing to wait for). */
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r);
@@ -200,6 +215,7 @@ bool proto_cancel_recv(struct mpiv_request *r);
 
 /* Handlers the server runs, registered by mpiv_init. */
 void proto_on_packet(pkt_t *p);
+bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare);
 void proto_on_imm(uint32_t imm, int src, size_t len, int err);
 void proto_on_peer_failed(int rank);
 

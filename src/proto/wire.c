@@ -7,7 +7,9 @@
  * may then rely on:
  *   - p->len >= sizeof(struct proto_hdr), the type is known;
  *   - h->src is the rank the transport received it from;
- *   - EAGER: p->len == header + h->size and h->size <= the eager limit;
+ *   - EAGER: p->len == header + h->size and h->size <= the eager limit for
+ *     that source (proto_eager_max: larger on shm, where messages above a
+ *     packet's size arrive in place and never as packets);
  *   - RTS: header only, h->handle != 0;
  *   - RTR: header + body when OK, header alone otherwise, known status,
  *     h->handle != 0;
@@ -16,6 +18,9 @@
  *   - ctx and tag within what the sender's API lets through.
  * What a decode cannot know (whether a handle is live) the handler checks
  * through the handle table, and drops with PROTO_DROP_HANDLE.
+ * Arrivals lent in place by the transport (proto_decode_data) may be
+ * rewritten by a faulty peer while they are read: the header is copied
+ * once, checked, and only that copy is used afterwards.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -65,11 +70,17 @@ static int drop(enum proto_drop why, int src)
 
 int proto_decode(const pkt_t *p, int src)
 {
-    size_t len = p->len;
+    struct proto_hdr h;
+    return proto_decode_data(p->data, p->len, src, &h);
+}
+
+int proto_decode_data(const unsigned char *data, size_t len, int src, struct proto_hdr *out)
+{
     if (len < sizeof(struct proto_hdr))
         return drop(PROTO_DROP_SHORT, src);
     struct proto_hdr h;
-    memcpy(&h, p->data, sizeof h);
+    memcpy(&h, data, sizeof h);
+    *out = h;
     if (h.type == 0 || h.type >= PROTO_TYPE_MAX_)
         return drop(PROTO_DROP_TYPE, src);
     if (h.src != src)
@@ -81,7 +92,7 @@ int proto_decode(const pkt_t *p, int src)
         if (h.ctx >= PROTO_CTX_COUNT || h.tag > (uint32_t)MPIV_TAG_MAX)
             return drop(PROTO_DROP_FIELD, src);
         if (h.type == PROTO_EAGER) {
-            if (h.size > proto.eager_limit)
+            if (h.size > proto_eager_max(src))
                 return drop(PROTO_DROP_FIELD, src);
             if (body != h.size)
                 return drop(PROTO_DROP_LEN, src);

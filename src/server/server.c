@@ -56,6 +56,7 @@ static struct srv_state {
     const struct srv_backend_ops *ops;
     struct srv_backend *be;
     srv_pkt_handler pkt_handler;
+    srv_data_handler data_handler;
     srv_imm_handler imm_handler;
     srv_peer_handler peer_handler;
     size_t max_write;
@@ -359,6 +360,31 @@ int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint6
     return rc;
 }
 
+int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload, size_t len)
+{
+    int rc = check_peer(peer);
+    if (rc)
+        return rc;
+    /* relaxed: both are hints; a send that sees the queue empty while
+     * another thread queues is unordered with it anyway (as in submit) */
+    if (!srv_g.ops->send_inline || atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) ||
+        util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        return SRV_INLINE_LATER;
+    rc = srv_g.ops->send_inline(srv_g.be, peer, hdr, hlen, payload, len);
+    if (rc == SRV_DONE)
+        return MPIV_SUCCESS;
+    return rc == SRV_AGAIN ? SRV_INLINE_LATER : rc;
+}
+
+size_t srv_inline_max(int peer)
+{
+    if (!srv_g.inited || !srv_g.ops->inline_max)
+        return 0;
+    return srv_g.ops->inline_max(srv_g.be, peer);
+}
+
+void srv_set_data_handler(srv_data_handler fn) { srv_g.data_handler = fn; }
+
 void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed)
 {
     srv_g.pkt_handler = pkt;
@@ -429,7 +455,25 @@ static void dispatch(struct srv_cqe *e)
     switch (e->kind) {
     case SRV_CQE_RECV: {
         pkt_t *p = e->p;
+        if (e->data && !e->err && srv_g.data_handler) {
+            srv_g.stats.recvs++;
+            if (srv_g.data_handler(e->data, e->len, e->src, p)) {
+                srv_g.posted_recvs--;
+            } else if (srv_g.ops->post_recv(srv_g.be, p) != MPIV_SUCCESS) {
+                srv_g.posted_recvs--; /* lent back unused: posted again */
+                pkt_put_server(srv_g.pool, p);
+            }
+            break;
+        }
         srv_g.posted_recvs--;
+        if (e->data && !e->err && e->len > pkt_data_size(srv_g.pool)) {
+            util_log_error("server: a %zu-byte message from rank %d does not fit a packet and "
+                           "no handler takes it in place: dropped", e->len, e->src);
+            pkt_put_server(srv_g.pool, p);
+            break;
+        }
+        if (e->data && !e->err)
+            memcpy(p->data, e->data, e->len);
         if (e->err || e->len > pkt_data_size(srv_g.pool)) {
             if (!e->err)
                 util_log_error("server: a receive from rank %d reports %zu bytes in a "
@@ -497,6 +541,8 @@ static int progress_round(void)
         did += fault_on_poll(ev, &n);
     for (int i = 0; i < n; i++)
         dispatch(&ev[i]);
+    if (srv_g.ops->release)
+        srv_g.ops->release(srv_g.be);
     if (srv_g.posted_recvs < srv_g.recv_depth)
         refill_recvs();
     return did + n;
@@ -936,8 +982,18 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
     for (int i = 0; i < *n; i++) {
         struct srv_cqe *e = &ev[i];
         enum srv_fault_action a = SRV_FAULT_PASS;
+        /* a lent arrival that fits a packet is copied into the one lent
+         * with it, so that it may be held back; a larger one can only
+         * pass, fail or be dropped */
+        if (e->kind == SRV_CQE_RECV && e->data && !e->err &&
+            e->len <= pkt_data_size(srv_g.pool)) {
+            memcpy(e->p->data, e->data, e->len);
+            e->data = NULL;
+        }
         if (e->kind == SRV_CQE_RECV && !e->err)
-            a = fault_ask(SRV_FAULT_RECV, e->src, e->p->data, e->len, 0);
+            a = fault_ask(SRV_FAULT_RECV, e->src, e->data ? e->data : e->p->data, e->len, 0);
+        if (e->data && (a == SRV_FAULT_DELAY || a == SRV_FAULT_DUP))
+            a = SRV_FAULT_PASS;
         else if (e->kind == SRV_CQE_IMM && !e->err)
             a = fault_ask(SRV_FAULT_IMM, e->src, NULL, e->len, e->imm);
         switch (a) {

@@ -25,6 +25,14 @@
  * The handler owns p and must give it back (pkt_put_server) or keep it and
  * give it back later. */
 typedef void (*srv_pkt_handler)(pkt_t *p);
+/* An arrival that the transport lends in place (shm): len bytes at data
+ * from rank src, valid only until the handler returns (and possibly being
+ * rewritten by a faulty peer: copy what is checked before checking it).
+ * `spare` is a free packet of pkt_data_size bytes the handler may take
+ * (returns true: it owns it now, as a srv_pkt_handler owns its packet) to
+ * copy a message of at most that size into; false leaves it with the
+ * core. */
+typedef bool (*srv_data_handler)(const unsigned char *data, size_t len, int src, pkt_t *spare);
 /* Remote side of an RDMA write with immediate: `len` bytes from rank `src`
  * have landed; `imm` is the writer's immediate data. With err set the
  * transport reports a write to us that failed (imm may then be garbage). */
@@ -51,6 +59,10 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
 /* Handlers run by whoever holds the progress lock (the server thread, or a
  * thread in srv_progress), one at a time. */
 void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed);
+/* Optional: lent arrivals go to fn; without it the core copies them into
+ * a packet for the srv_pkt_handler (so a message above a packet's size,
+ * which only srv_send_inline sends, is then dropped). */
+void srv_set_data_handler(srv_data_handler fn);
 /* Posts the receive packets and starts the server thread. */
 int srv_start(void);
 /* A barrier over all ranks through the bootstrap (slow path: start, end). */
@@ -68,6 +80,21 @@ void srv_abandon(void);
  * passes to the server, which returns it to the pool once sent, or at once
  * when the send fails (MPIV_ERR_PEER if peer is known to be gone). */
 int srv_send(pkt_t *p, int peer);
+
+/* srv_send_inline's "use srv_send instead": not an error. */
+#define SRV_INLINE_LATER 1
+/* Sends hdr (hlen bytes) then payload (len bytes) to peer as one message
+ * without a packet, copied straight into the transport, when
+ * hlen + len <= srv_inline_max(peer), nothing waits in the server's send
+ * queue (so it overtakes nothing) and the transport has room now.
+ * MPIV_SUCCESS (sent: both buffers are free), SRV_INLINE_LATER (nothing
+ * sent: send it through srv_send, or otherwise, in order), or an error.
+ * While a fault hook is set it always says SRV_INLINE_LATER, so that the
+ * hook sees every send. Any thread. */
+int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
+/* The largest hlen + len srv_send_inline may send to peer: 0 when the
+ * transport to it has no such path (ofi, ibv). May exceed a packet. */
+size_t srv_inline_max(int peer);
 
 /* Writes len bytes from local buf (inside registered region lmr) to the
  * peer's raddr (inside its region with key rkey), then delivers imm to the

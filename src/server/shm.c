@@ -7,47 +7,68 @@
  * about a third of all cycles of MPIv's small-message benchmarks
  * (docs/perf/pt2pt.md). Here each (sender, receiver) pair has a ring of its
  * own, so a send and a poll touch only that ring's two counters.
- * (Cells are packet-sized; a ring of variable-sized records would let many
- * more small messages wait in the same memory. Not done yet.)
  *
  * Layout: every rank r creates one segment (shm_open, unlinked as soon as
  * every rank has mapped it, so a crash leaves nothing in /dev/shm) holding
- * N rings, ring s carrying what rank s sends to r. A ring is `slots` cells
- * of a cell header and a packet's worth of data, and two counters on cache
- * lines of their own: tail (cells written, by the sender) and head (cells
- * consumed, by the receiver).
+ * N rings, ring s carrying what rank s sends to r. A ring is `ring_bytes`
+ * (a power of two) of variable-length records and two counters on cache
+ * lines of their own: tail (bytes written, by the sender) and head (bytes
+ * consumed, by the receiver). A record is a 24-byte header (kind, length,
+ * its own size in 64-byte lines, and the CHUNK address or IMM value), then
+ * its payload, rounded up to 64 bytes, so every record starts on a cache
+ * line and an 8-byte message (24 + 32-byte protocol header + 8) takes one
+ * line. A record never wraps: one that does not fit before the end of the
+ * ring is preceded by a SKIP record that fills the rest of it.
  *
  * Invariants of a ring (single producer, single consumer):
- *  R1 Only the sending rank writes tail and cells, and within it only the
+ *  R1 Only the sending rank writes tail and records, and within it only the
  *     holder of send_lock[peer]; only the receiving rank writes head, and
  *     within it only the holder of the server's progress lock (poll).
- *  R2 0 <= tail - head <= slots: a sender writes cell tail % slots only
- *     after seeing (acquire) head > tail - slots, i.e. the receiver is done
- *     reading that cell.
- *  R3 A cell's contents are written before tail moves past it (release),
- *     and read only after the receiver saw tail past it (acquire); the
- *     receiver stores head (release) only after it is done reading.
- *  R4 Cells of one ring are consumed in order, so what one rank sends to
+ *  R2 0 <= tail - head <= ring_bytes, and both are multiples of 64: a
+ *     sender writes the bytes [tail, tail + n) only after seeing (acquire)
+ *     head >= tail + n - ring_bytes, i.e. the receiver is done with them.
+ *  R3 A record's bytes are written before tail moves past it (release), and
+ *     read only after the receiver saw tail past it (acquire); the receiver
+ *     stores head (release) only after it is done reading, which for a MSG
+ *     record is after the core's handler returned (it reads the record in
+ *     place: a "borrowed" arrival, see shm_release).
+ *  R4 Records of one ring are consumed in order, so what one rank sends to
  *     another arrives in the order posted (same key, same order: DESIGN).
+ *
+ * Two ways in: post_send copies a packet into a record (the core's queued
+ * path), send_inline copies a header and the user's payload straight into
+ * one (the eager fast path: no packet at all). One way out: poll hands the
+ * core each MSG record in place, with a posted packet beside it that the
+ * handler may copy into if it must keep the message; otherwise it copies
+ * straight from the ring into the receive buffer. A MSG record carries at
+ * most `inline_max` bytes (MPIV_SHM_EAGER_LIMIT plus the protocol header,
+ * and never less than a packet), so messages larger than a packet travel
+ * eagerly on shm while the packet path stays as it is for ofi and ibv.
  *
  * RDMA write with immediate: the writer puts the bytes at the peer's
  * address with process_vm_writev (one copy) when the kernel lets it (same
  * user, ptrace rules); otherwise, or for what a partial call left, it sends
- * them through the ring as CHUNK cells naming the destination address, and
- * the receiver copies them out. An IMM cell follows the last byte (R4), so
+ * them through the ring as CHUNK records naming the destination address,
+ * and the receiver copies them out. An IMM record follows the last byte (R4), so
  * the immediate never overtakes its data. A write that finds the ring full
  * returns SRV_AGAIN with its progress kept in op->note, and the core posts
  * it again later (nothing of the same sender overtakes it meanwhile).
  * The write's local completion is reported by the next poll. A write whose
  * direct copy fails because the peer is gone (ESRCH) or the address is not
- * mapped there (EFAULT) completes with an error and sends no IMM cell.
+ * mapped there (EFAULT) completes with an error and sends no IMM record.
  *
- * Nothing in a cell is trusted (the peer may be buggy or hostile): a MSG
- * or CHUNK cell longer than a cell's data, a CHUNK whose bytes do not lie
- * wholly inside one live registration of ours, or an unknown kind is
- * dropped, logged (rate-limited) and counted, and the ring moves on; the
- * IMM cell that ends a write some of whose CHUNKs were dropped is reported
- * with MPIV_ERR_NET. The source of every completion is the ring's index.
+ * Nothing in a record is trusted (the peer may be buggy or hostile): the
+ * header is copied once and only the copy is used. A record whose size is
+ * zero, runs past the tail or the end of the ring, or a SKIP that does not
+ * end exactly at the end of the ring, makes the rest of what the ring holds
+ * unreadable: it is dropped as one, and reading resumes at the tail. A MSG
+ * or CHUNK whose length exceeds its record or inline_max, a CHUNK whose
+ * bytes do not lie wholly inside one live registration of ours, or an
+ * unknown kind is dropped and the ring moves on by the record's size. All
+ * drops are logged (rate-limited) and counted; the IMM record that ends a
+ * write some of whose CHUNKs were dropped is reported with MPIV_ERR_NET.
+ * The source of every completion is the ring's index. What a MSG record
+ * says is decoded by the protocol (wire.c), which copies the header once.
  *
  * Memory registration costs no system call: a peer names plain virtual
  * addresses, and mr_reg only records [buf, buf+len) in `regs` for the
@@ -76,45 +97,51 @@
 #include "server/srv_test_hooks.h"
 #include "util/spinlock.h"
 
-/* Cells per ring: about SHM_CELLS_PER_RANK for all the senders of a rank,
- * from 64 to 1024 per sender. A cell holds a whole packet, so this is what
- * bounds /dev/shm use: 2 ranks, 2 x 1024 cells of 8 KiB, 17 MB per rank.
- * Fewer cells starve many-thread senders: 64 per ring cut the 64-pair
- * message rate 5x against libfabric's provider (docs/perf/pt2pt.md). */
-#define SHM_CELLS_PER_RANK 2048
-#define SHM_SLOTS_MIN 64
-#define SHM_SLOTS_MAX 1024
-#define SHM_MAGIC UINT64_C(0x4d5049567368306d) /* "MPIVsh0m" */
-/* One RDMA write at most: an IMM cell's length is 32 bits; a power of two
- * keeps the core's pieces aligned. */
+/* Bytes per ring: SHM_RING_MAX, halved while the rank's segment (one ring
+ * per sender, itself included) would pass SHM_BYTES_PER_RANK, but never
+ * below SHM_RING_MIN, and grown until a record holds a whole packet. So
+ * /dev/shm holds at most max(8 MiB, ranks x 256 KiB) per rank with
+ * packets of up to 64 KiB (2 ranks: two 4 MiB rings; 8 ranks: eight of
+ * 1 MiB; 64 ranks: 64 of 256 KiB); MPIV_SHM_RING sets it instead. A window of small messages fills a ring
+ * slowly (64 bytes each), and the largest record is a quarter of a ring,
+ * so a few big eager messages never lock the small ones out for long. */
+#define SHM_BYTES_PER_RANK ((uint64_t)8 << 20)
+#define SHM_RING_MAX ((uint64_t)4 << 20)
+#define SHM_RING_MIN ((uint64_t)256 << 10)
+/* MPIV_SHM_EAGER_LIMIT's default (0): chosen with bench/pt2pt (where
+ * copying through the ring twice stops beating the rendezvous) */
+#define SHM_EAGER_DEFAULT ((size_t)64 << 10)
+#define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
+/* One RDMA write at most: an IMM record's length is 32 bits; a power of
+ * two keeps the core's pieces aligned. */
 #define SHM_MAX_WRITE ((size_t)1 << 30)
 
-enum shm_kind { CELL_MSG = 1, CELL_CHUNK = 2, CELL_IMM = 3 };
+enum shm_kind { REC_MSG = 1, REC_CHUNK = 2, REC_IMM = 3, REC_SKIP = 4 };
 
-struct shm_cell {
+struct shm_rec {
     uint32_t kind;  /* enum shm_kind                                         */
-    uint32_t len;   /* MSG, CHUNK: bytes in data; IMM: the write's length   */
+    uint32_t len;   /* MSG, CHUNK: payload bytes; IMM: the write's length   */
     uint32_t imm;   /* IMM                                                   */
-    uint32_t pad;
-    uint64_t raddr; /* CHUNK: where data goes in the receiver              */
-    uint64_t pad2[5];
-    unsigned char data[]; /* cell_data bytes                                */
+    uint32_t lines; /* the record's size in 64-byte lines, header included */
+    uint64_t raddr; /* CHUNK: where the payload goes in the receiver        */
+    unsigned char data[];
 };
-_Static_assert(sizeof(struct shm_cell) == 64, "cell header is one cache line");
+#define REC_HDR sizeof(struct shm_rec)
+_Static_assert(sizeof(struct shm_rec) == 24, "record header");
 
 struct shm_ring {
-    _Alignas(64) _Atomic uint64_t tail; /* cells written (the sender's)     */
-    _Alignas(64) _Atomic uint64_t head; /* cells consumed (the receiver's)  */
-    _Alignas(64) unsigned char cells[];
+    _Alignas(64) _Atomic uint64_t tail; /* bytes written (the sender's)     */
+    _Alignas(64) _Atomic uint64_t head; /* bytes consumed (the receiver's)  */
+    _Alignas(64) unsigned char bytes[];
 };
 
 struct shm_seg_header {
     uint64_t magic;
-    uint32_t nranks, slots;
-    uint64_t cell_size, ring_size;
+    uint32_t nranks, pad;
+    uint64_t ring_bytes, ring_size, inline_max;
 };
 
-/* A live registration: [start, end) may receive CHUNK cells. */
+/* A live registration: [start, end) may receive CHUNK records. */
 struct shm_reg {
     uintptr_t start, end;
     struct shm_reg *prev, *next;
@@ -128,17 +155,27 @@ struct shm_done {
 
 struct srv_backend {
     int rank, size;
-    size_t cell_data;  /* payload bytes of a cell: a packet's data         */
-    size_t cell_size;  /* 64 + cell_data, a multiple of 64                 */
-    size_t ring_size;  /* counters + cells                                 */
+    size_t pkt_data;   /* payload bytes of a packet                         */
+    uint64_t ring_bytes; /* record space per ring, a power of two           */
+    size_t rec_max;    /* payload bytes of the largest record (a quarter
+                          of the ring, less the header)                     */
+    size_t inline_max; /* payload bytes of the largest MSG record         */
+    size_t ring_size;  /* counters + record space                          */
     size_t seg_size;
-    uint64_t slots;    /* cells per ring, a power of two                   */
+    size_t shm_eager;  /* MPIV_SHM_EAGER_LIMIT                              */
+    size_t shm_ring;   /* MPIV_SHM_RING (0: chosen by the rank count)       */
     char name[64];     /* our segment's name while it is linked            */
     unsigned char *mine;   /* our segment: rings[s] for each sender s     */
     unsigned char **peer;  /* peer[r]: rank r's segment, mapped            */
     pid_t *pid;            /* for process_vm_writev                        */
     util_spinlock *send_lock; /* R1: one per destination                   */
-    uint64_t *head;        /* R1: our consumer's copy of head, per sender  */
+    uint64_t *seen_head;   /* under send_lock[peer]: the last head of our
+                              ring at peer we read (it only grows), so a
+                              send that fits reads no line of the receiver */
+    uint64_t *head;        /* R1: our consumer's copy of head, per sender;
+                              ahead of the ring's own while borrowed       */
+    int *dirty;            /* senders whose head waits for shm_release     */
+    int ndirty;
     uint32_t next_src;     /* poll starts here (fairness between senders)  */
     pkt_t **posted;        /* receive packets the core gave us (a stack)   */
     int nposted, maxposted;
@@ -166,10 +203,8 @@ static struct shm_ring *ring_of(struct srv_backend *be, unsigned char *seg, int 
     return (struct shm_ring *)(seg + 64 + (size_t)sender * be->ring_size);
 }
 
-static struct shm_cell *cell_at(struct srv_backend *be, struct shm_ring *g, uint64_t n)
-{
-    return (struct shm_cell *)(g->cells + (size_t)(n & (be->slots - 1)) * be->cell_size);
-}
+/* The record space a payload of len bytes takes (a multiple of 64). */
+static size_t rec_bytes(size_t len) { return (REC_HDR + len + 63) & ~(size_t)63; }
 
 static void shm_finalize(struct srv_backend *be);
 
@@ -187,20 +222,27 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     be->rank = rank;
     be->size = size;
-    be->slots = SHM_SLOTS_MAX;
-    while (be->slots > SHM_SLOTS_MIN && be->slots * (uint64_t)size > SHM_CELLS_PER_RANK)
-        be->slots /= 2;
+    be->ring_bytes = SHM_RING_MAX;
+    while (be->ring_bytes > SHM_RING_MIN && be->ring_bytes * (uint64_t)size > SHM_BYTES_PER_RANK)
+        be->ring_bytes /= 2;
+    if (cfg->shm_ring) /* MPIV_SHM_RING: a power of two (config.c) */
+        be->ring_bytes = (uint64_t)cfg->shm_ring;
+    be->shm_eager = (size_t)cfg->shm_eager_limit;
+    be->shm_ring = (size_t)cfg->shm_ring;
     be->peer = calloc((size_t)size, sizeof *be->peer);
     be->pid = calloc((size_t)size, sizeof *be->pid);
     be->send_lock = calloc((size_t)size, sizeof *be->send_lock);
     be->head = calloc((size_t)size, sizeof *be->head);
+    be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
+    be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
     atomic_init(&be->cma, cfg->shm_cma ? 1 : 0);
     atomic_init(&be->ndone, 0);
     util_spin_init(&be->done_lock);
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
-    if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken) {
+    if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
+        !be->seen_head || !be->dirty) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -212,9 +254,27 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
 
 static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
 {
-    be->cell_data = pkt_data_size(pool);
-    be->cell_size = (sizeof(struct shm_cell) + be->cell_data + 63) / 64 * 64;
-    be->ring_size = sizeof(struct shm_ring) + (size_t)be->slots * be->cell_size;
+    be->pkt_data = pkt_data_size(pool);
+    /* a record must hold a whole packet (MPIV_PACKET_SIZE may be large) */
+    if (be->ring_bytes / 4 - REC_HDR < be->pkt_data && be->ring_bytes == (uint64_t)be->shm_ring)
+        return util_err(MPIV_ERR_CONFIG,
+                        "MPIV_SHM_RING=%zu: a ring must hold 4 packets of MPIV_PACKET_SIZE=%zu",
+                        (size_t)be->ring_bytes, be->pkt_data + UTIL_PACKET_HEADER_BYTES);
+    while (be->ring_bytes / 4 - REC_HDR < be->pkt_data)
+        be->ring_bytes *= 2;
+    be->rec_max = be->ring_bytes / 4 - REC_HDR;
+    size_t want = (be->shm_eager ? be->shm_eager : SHM_EAGER_DEFAULT) + UTIL_PACKET_HEADER_BYTES;
+    if (be->shm_eager && want > be->rec_max)
+        return util_err(MPIV_ERR_CONFIG,
+                        "MPIV_SHM_EAGER_LIMIT=%zu: with %d ranks a ring holds %zu bytes "
+                        "(MPIV_SHM_RING), and one message may take at most a quarter of it: "
+                        "%zu bytes of payload",
+                        be->shm_eager, be->size, (size_t)be->ring_bytes,
+                        be->rec_max - UTIL_PACKET_HEADER_BYTES);
+    be->inline_max = want < be->rec_max ? want : be->rec_max;
+    if (be->inline_max < be->pkt_data)
+        be->inline_max = be->pkt_data;
+    be->ring_size = sizeof(struct shm_ring) + (size_t)be->ring_bytes;
     be->seg_size = 64 + (size_t)be->size * be->ring_size;
     be->maxposted = (int)pkt_count(pool);
     be->posted = calloc((size_t)be->maxposted, sizeof *be->posted);
@@ -239,7 +299,9 @@ static int create_segment(struct srv_backend *be, uint64_t key)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: %zu bytes of /dev/shm for %s: %s",
                         be->seg_size, be->name, strerror(e));
     }
-    void *p = mmap(NULL, be->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* populated: the rings' pages are faulted in here, once, rather than
+     * one by one on the data path during the first lap of each ring */
+    void *p = mmap(NULL, be->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: mmap of %zu bytes: %s", be->seg_size,
@@ -248,9 +310,9 @@ static int create_segment(struct srv_backend *be, uint64_t key)
     struct shm_seg_header *h = p;
     h->magic = SHM_MAGIC;
     h->nranks = (uint32_t)be->size;
-    h->slots = (uint32_t)be->slots;
-    h->cell_size = be->cell_size;
+    h->ring_bytes = be->ring_bytes;
     h->ring_size = be->ring_size;
+    h->inline_max = be->inline_max;
     return MPIV_SUCCESS;
 }
 
@@ -293,16 +355,16 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
     int fd = -1, rc = open_segment(be, name, r, &fd);
     if (rc)
         return rc;
-    void *p = mmap(NULL, be->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, be->seg_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return util_err(MPIV_ERR_NET, "shm: mapping rank %d's segment: %s", r, strerror(errno));
     be->peer[r] = p;
     const struct shm_seg_header *h = p;
     if (h->magic != SHM_MAGIC || h->nranks != (uint32_t)be->size ||
-        h->cell_size != be->cell_size || h->slots != (uint32_t)be->slots)
+        h->ring_bytes != be->ring_bytes || h->inline_max != be->inline_max)
         return util_err(MPIV_ERR_NET, "shm: rank %d's segment does not match ours (different "
-                                      "MPIV_PACKET_SIZE?)", r);
+                                      "MPIV_PACKET_SIZE or MPIV_SHM_EAGER_LIMIT?)", r);
     return MPIV_SUCCESS;
 }
 
@@ -365,24 +427,42 @@ static int shm_exchange(struct srv_backend *be)
     return MPIV_SUCCESS;
 }
 
-/* Takes the next free cell of our ring at `peer`, or NULL when full (R2).
- * send_lock[peer] held. */
-static struct shm_cell *cell_begin(struct srv_backend *be, int peer, struct shm_ring **g)
+/* Room for a record of len payload bytes in our ring at `peer`: returns
+ * where to write it and sets *end to the tail that publishes it (with a
+ * SKIP record written first if it would not fit before the end of the
+ * ring), or NULL when the ring is full (R2). send_lock[peer] held. */
+static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
+                                 struct shm_ring **g, uint64_t *end)
 {
     *g = ring_of(be, be->peer[peer], be->rank);
     /* relaxed: only we write tail (R1) */
     uint64_t t = atomic_load_explicit(&(*g)->tail, memory_order_relaxed);
-    /* acquire: the receiver is done with the cell we are about to reuse */
-    if (t - atomic_load_explicit(&(*g)->head, memory_order_acquire) >= be->slots)
-        return NULL;
-    return cell_at(be, *g, t);
+    size_t off = (size_t)(t & (be->ring_bytes - 1));
+    size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
+    size_t span = need <= to_end ? need : to_end + need;
+    if (t + span - be->seen_head[peer] > be->ring_bytes) {
+        /* acquire: the receiver is done with the bytes we are about to reuse */
+        be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
+        if (t + span - be->seen_head[peer] > be->ring_bytes)
+            return NULL;
+    }
+    if (need > to_end) {
+        struct shm_rec *skip = (struct shm_rec *)((*g)->bytes + off);
+        skip->kind = REC_SKIP;
+        skip->len = 0;
+        skip->lines = (uint32_t)(to_end / 64);
+        off = 0;
+    }
+    *end = t + span;
+    return (struct shm_rec *)((*g)->bytes + off);
 }
 
-static void cell_commit(struct shm_ring *g)
+/* Fills in the record's size and publishes it (and a SKIP before it). */
+static void rec_commit(struct shm_ring *g, struct shm_rec *r, size_t len, uint64_t end)
 {
-    /* release: the cell's contents before the receiver can see it (R3) */
-    atomic_store_explicit(&g->tail, atomic_load_explicit(&g->tail, memory_order_relaxed) + 1,
-                          memory_order_release);
+    r->lines = (uint32_t)(rec_bytes(len) / 64);
+    /* release: the record's contents before the receiver can see it (R3) */
+    atomic_store_explicit(&g->tail, end, memory_order_release);
 }
 
 /* Whether the process of rank `peer` still exists (a zombie still does:
@@ -404,18 +484,51 @@ static int ring_full(struct srv_backend *be, int peer, const char *what)
 static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
 {
     struct shm_ring *g;
+    uint64_t end;
     util_spin_lock(&be->send_lock[peer]);
-    struct shm_cell *c = cell_begin(be, peer, &g);
-    if (!c) {
+    struct shm_rec *r = rec_begin(be, peer, p->len, &g, &end);
+    if (!r) {
         util_spin_unlock(&be->send_lock[peer]);
         return ring_full(be, peer, "send");
     }
-    c->kind = CELL_MSG;
-    c->len = p->len;
-    memcpy(c->data, p->data, p->len);
-    cell_commit(g);
+    r->kind = REC_MSG;
+    r->len = p->len;
+    memcpy(r->data, p->data, p->len);
+    rec_commit(g, r, p->len, end);
     util_spin_unlock(&be->send_lock[peer]);
     return SRV_DONE; /* the data left with the call: p is free */
+}
+
+/* The eager fast path: hdr and payload straight into one MSG record. */
+static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, size_t hlen,
+                           const void *payload, size_t len)
+{
+    size_t total = hlen + len;
+    if (total > be->inline_max || total < hlen)
+        return util_err(MPIV_ERR_ARG, "shm: an inline send of %zu bytes (at most %zu)", total,
+                        be->inline_max);
+    struct shm_ring *g;
+    uint64_t end;
+    util_spin_lock(&be->send_lock[peer]);
+    struct shm_rec *r = rec_begin(be, peer, total, &g, &end);
+    if (!r) {
+        util_spin_unlock(&be->send_lock[peer]);
+        return ring_full(be, peer, "send");
+    }
+    r->kind = REC_MSG;
+    r->len = (uint32_t)total;
+    memcpy(r->data, hdr, hlen);
+    if (len)
+        memcpy(r->data + hlen, payload, len);
+    rec_commit(g, r, total, end);
+    util_spin_unlock(&be->send_lock[peer]);
+    return SRV_DONE;
+}
+
+static size_t shm_inline_max(struct srv_backend *be, int peer)
+{
+    (void)peer;
+    return be->inline_max;
 }
 
 static int shm_post_recv(struct srv_backend *be, pkt_t *p)
@@ -544,7 +657,10 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
     struct shm_ring *g;
     util_spin_lock(&be->send_lock[op->peer]);
     for (;;) {
-        struct shm_cell *c = cell_begin(be, op->peer, &g);
+        size_t off = (size_t)op->note[0];
+        size_t n = op->len - off < be->rec_max ? op->len - off : be->rec_max;
+        uint64_t end;
+        struct shm_rec *c = rec_begin(be, op->peer, n, &g, &end);
         if (!c) {
             util_spin_unlock(&be->send_lock[op->peer]);
             int rc = ring_full(be, op->peer, "RDMA write");
@@ -555,42 +671,136 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             }
             return SRV_AGAIN; /* op->note keeps how far it got */
         }
-        size_t off = (size_t)op->note[0];
         if (off < op->len) {
-            size_t n = op->len - off < be->cell_data ? op->len - off : be->cell_data;
-            c->kind = CELL_CHUNK;
+            c->kind = REC_CHUNK;
             c->len = (uint32_t)n;
             c->raddr = op->raddr + off;
             memcpy(c->data, (const char *)op->buf + off, n);
             op->note[0] += n;
+            rec_commit(g, c, n, end);
         } else {
-            c->kind = CELL_IMM;
+            c->kind = REC_IMM;
             c->len = (uint32_t)op->len;
             c->imm = op->imm;
-        }
-        cell_commit(g);
-        if (c->kind == CELL_IMM)
+            rec_commit(g, c, 0, end);
             break;
+        }
     }
     util_spin_unlock(&be->send_lock[op->peer]);
     write_finished(be, op, MPIV_SUCCESS);
     return MPIV_SUCCESS;
 }
 
-/* Counts a bad cell from `src` and logs it, rate-limited. */
-static void cell_dropped(struct srv_backend *be, int src, const struct shm_cell *c,
-                         const char *why)
+/* Counts a bad record from `src` and logs it, rate-limited. */
+static void rec_dropped(struct srv_backend *be, int src, const struct shm_rec *c,
+                        const char *why)
 {
     uint64_t quiet;
     if (srv_ratelimit_hit(&be->drops, &quiet))
-        util_log_error("shm: dropped a cell from rank %d (kind %" PRIu32 ", %" PRIu32
-                       " bytes, address 0x%" PRIx64 "): %s; %" PRIu64 " dropped in all, %" PRIu64
-                       " not logged",
-                       src, c->kind, c->len, c->raddr, why, be->drops.count, quiet);
+        util_log_error("shm: dropped a record from rank %d (kind %" PRIu32 ", %" PRIu32
+                       " bytes, %" PRIu32 " lines, address 0x%" PRIx64 "): %s; %" PRIu64
+                       " dropped in all, %" PRIu64 " not logged",
+                       src, c->kind, c->len, c->lines, c->raddr, why, be->drops.count, quiet);
+}
+
+/* Moves the head of every ring whose records the last poll lent out: the
+ * core calls it once its handlers are done with them (R3), and the next
+ * poll does it first in any case. */
+static void shm_release(struct srv_backend *be)
+{
+    for (int i = 0; i < be->ndirty; i++) {
+        int s = be->dirty[i];
+        /* release: we are done reading the records below head (R3) */
+        atomic_store_explicit(&ring_of(be, be->mine, s)->head, be->head[s],
+                              memory_order_release);
+    }
+    be->ndirty = 0;
+}
+
+/* Reads what ring s holds into ev (at most max); returns how many. */
+static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
+{
+    int out = 0;
+    bool lent = false;
+    struct shm_ring *g = ring_of(be, be->mine, s);
+    /* acquire: the records below tail are written (R3) */
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+    uint64_t h = be->head[s];
+    if (h == tail)
+        return 0;
+    /* a tail more than a ring ahead breaks R2: read no more than the ring
+     * holds */
+    if (tail - h > be->ring_bytes)
+        tail = h + be->ring_bytes;
+    while (h != tail && out < max) {
+        size_t off = (size_t)(h & (be->ring_bytes - 1));
+        uint64_t avail = tail - h;
+        /* what we check is what we act on: one copy of the header (a
+         * faulty peer may rewrite the record meanwhile) */
+        struct shm_rec hd = {0};
+        if ((h & 63) || avail < 64) {
+            rec_dropped(be, s, &hd, "the tail is not on a record boundary");
+            h = tail;
+            break;
+        }
+        memcpy(&hd, g->bytes + off, REC_HDR);
+        size_t size = (size_t)hd.lines * 64;
+        if (hd.lines == 0 || size > avail || size > be->ring_bytes - off ||
+            (hd.kind == REC_SKIP && size != be->ring_bytes - off)) {
+            /* no way to find the next record: skip all that is there */
+            rec_dropped(be, s, &hd, "its size overruns the ring");
+            h = tail;
+            break;
+        }
+        const unsigned char *data = g->bytes + off + REC_HDR;
+        bool fits = hd.len <= size - REC_HDR;
+        if (hd.kind == REC_SKIP) {
+            /* the sender wraps: nothing to do */
+        } else if (hd.kind == REC_MSG) {
+            if (!fits || hd.len > be->inline_max) {
+                rec_dropped(be, s, &hd, "longer than its record or the eager limit");
+            } else {
+                if (!be->nposted)
+                    break; /* no packet to lend with it: it waits in the ring */
+                pkt_t *p = be->posted[--be->nposted];
+                ev[out++] = (struct srv_cqe){
+                    .kind = SRV_CQE_RECV, .src = s, .len = hd.len, .p = p, .data = data};
+                lent = true;
+            }
+        } else if (hd.kind == REC_CHUNK) {
+            if (!fits) {
+                rec_dropped(be, s, &hd, "longer than its record");
+                be->write_broken[s] = true;
+            } else if (!reg_covers(be, hd.raddr, hd.len)) {
+                rec_dropped(be, s, &hd, "not inside a registered region");
+                be->write_broken[s] = true;
+            } else {
+                memcpy((void *)(uintptr_t)hd.raddr, data, hd.len);
+            }
+        } else if (hd.kind == REC_IMM) {
+            ev[out++] = (struct srv_cqe){.kind = SRV_CQE_IMM,
+                                         .err = be->write_broken[s] ? MPIV_ERR_NET : 0,
+                                         .src = s,
+                                         .imm = hd.imm,
+                                         .len = hd.len};
+            be->write_broken[s] = false;
+        } else {
+            rec_dropped(be, s, &hd, "unknown kind");
+        }
+        h += size;
+    }
+    be->head[s] = h;
+    if (lent)
+        be->dirty[be->ndirty++] = s; /* shm_release moves the ring's head */
+    else
+        /* release: we are done reading the records (R3) */
+        atomic_store_explicit(&g->head, h, memory_order_release);
+    return out;
 }
 
 static int shm_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
 {
+    shm_release(be); /* what the last poll lent is done with */
     int out = 0;
     /* relaxed: a peek to skip the lock when nothing finished; the lock
      * orders the list itself */
@@ -607,56 +817,7 @@ static int shm_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
     }
     for (int k = 0; k < be->size && out < max; k++) {
         int s = (int)((be->next_src + (uint32_t)k) % (uint32_t)be->size);
-        struct shm_ring *g = ring_of(be, be->mine, s);
-        /* acquire: the cells below tail are written (R3) */
-        uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
-        uint64_t h = be->head[s];
-        /* a tail more than a ring ahead breaks R2: read no more than the
-         * ring holds */
-        if (tail - h > be->slots)
-            tail = h + be->slots;
-        while (h != tail && out < max) {
-            struct shm_cell *c = cell_at(be, g, h);
-            /* what we check is what we act on: one copy of the header (a
-             * faulty peer may rewrite the cell meanwhile) */
-            struct shm_cell hd;
-            memcpy(&hd, c, sizeof hd);
-            if (hd.kind == CELL_MSG) {
-                if (hd.len > be->cell_data) {
-                    cell_dropped(be, s, &hd, "longer than a cell");
-                } else {
-                    if (!be->nposted)
-                        break; /* no packet to receive into: it waits in the ring */
-                    pkt_t *p = be->posted[--be->nposted];
-                    memcpy(p->data, c->data, hd.len);
-                    ev[out++] = (struct srv_cqe){
-                        .kind = SRV_CQE_RECV, .src = s, .len = hd.len, .p = p};
-                }
-            } else if (hd.kind == CELL_CHUNK) {
-                if (hd.len > be->cell_data) {
-                    cell_dropped(be, s, &hd, "longer than a cell");
-                    be->write_broken[s] = true;
-                } else if (!reg_covers(be, hd.raddr, hd.len)) {
-                    cell_dropped(be, s, &hd, "not inside a registered region");
-                    be->write_broken[s] = true;
-                } else {
-                    memcpy((void *)(uintptr_t)hd.raddr, c->data, hd.len);
-                }
-            } else if (hd.kind == CELL_IMM) {
-                ev[out++] = (struct srv_cqe){.kind = SRV_CQE_IMM,
-                                             .err = be->write_broken[s] ? MPIV_ERR_NET : 0,
-                                             .src = s,
-                                             .imm = hd.imm,
-                                             .len = hd.len};
-                be->write_broken[s] = false;
-            } else {
-                cell_dropped(be, s, &hd, "unknown kind");
-            }
-            h++;
-            /* release: we are done reading the cell (R3) */
-            atomic_store_explicit(&g->head, h, memory_order_release);
-        }
-        be->head[s] = h;
+        out += poll_ring(be, s, ev + out, max - out);
     }
     be->next_src++;
     return out;
@@ -709,12 +870,15 @@ static bool shm_mr_pins(struct srv_backend *be)
 
 /* --- test hooks (srv_test_hooks.h) ----------------------------------------- */
 
-int srv_shm_test_put_cell(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
-                          uint64_t raddr, uint32_t imm, const void *data, size_t n)
+int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
+                         uint32_t lines, uint64_t raddr, uint32_t imm, const void *data, size_t n)
 {
+    if (n > be->rec_max)
+        n = be->rec_max;
     struct shm_ring *g;
+    uint64_t end;
     util_spin_lock(&be->send_lock[peer]);
-    struct shm_cell *c = cell_begin(be, peer, &g);
+    struct shm_rec *c = rec_begin(be, peer, n, &g, &end);
     if (!c) {
         util_spin_unlock(&be->send_lock[peer]);
         return SRV_AGAIN;
@@ -723,14 +887,25 @@ int srv_shm_test_put_cell(struct srv_backend *be, int peer, uint32_t kind, uint3
     c->len = len;
     c->imm = imm;
     c->raddr = raddr;
-    if (n > be->cell_data)
-        n = be->cell_data;
     if (data && n)
         memcpy(c->data, data, n);
-    cell_commit(g);
+    if (lines) { /* a lie about its size */
+        c->lines = lines;
+        atomic_store_explicit(&g->tail, end, memory_order_release);
+    } else {
+        rec_commit(g, c, n, end);
+    }
     util_spin_unlock(&be->send_lock[peer]);
     return MPIV_SUCCESS;
 }
+
+void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
+{
+    struct shm_ring *g = ring_of(be, be->peer[peer], be->rank);
+    atomic_fetch_add_explicit(&g->tail, add, memory_order_release);
+}
+
+size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
 
 uint64_t srv_shm_test_dropped(struct srv_backend *be) { return be->drops.count; }
 
@@ -759,6 +934,8 @@ static void shm_finalize(struct srv_backend *be)
     free(be->pid);
     free(be->send_lock);
     free(be->head);
+    free(be->seen_head);
+    free(be->dirty);
     free(be->posted);
     free(be->done);
     free(be->write_broken);
@@ -777,6 +954,9 @@ const struct srv_backend_ops srv_shm_ops = {
     .reg_pool = shm_reg_pool,
     .post_send = shm_post_send,
     .post_recv = shm_post_recv,
+    .send_inline = shm_send_inline,
+    .inline_max = shm_inline_max,
+    .release = shm_release,
     .rdma_write_imm = shm_rdma_write_imm,
     .max_write = shm_max_write,
     .mr_reg = shm_mr_reg,

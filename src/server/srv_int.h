@@ -65,6 +65,11 @@ struct srv_cqe {
     size_t len;
     pkt_t *p;
     struct srv_rdma_op *op;
+    /* RECV from a backend that lends its buffer (shm): the len bytes
+     * arrived are here, valid until the backend's release (or next poll),
+     * and p is a posted packet lent beside them, into which the core or
+     * the handler copies them only if it must keep them. */
+    const unsigned char *data;
 };
 
 struct srv_backend;
@@ -89,6 +94,18 @@ struct srv_backend_ops {
      * SRV_DONE (none follows: the packet is free now) or SRV_AGAIN. */
     int (*post_send)(struct srv_backend *be, pkt_t *p, int peer);
     int (*post_recv)(struct srv_backend *be, pkt_t *p);
+    /* Optional (NULL: the core always uses post_send). Sends hdr then
+     * payload as one message of hlen + len <= inline_max(peer) bytes with
+     * no packet: SRV_DONE (gone: both buffers are free), SRV_AGAIN (no
+     * room now) or an error. Any thread. */
+    int (*send_inline)(struct srv_backend *be, int peer, const void *hdr, size_t hlen,
+                       const void *payload, size_t len);
+    /* Optional: the largest message send_inline (and a RECV) may carry to
+     * or from peer, which may exceed a packet. */
+    size_t (*inline_max)(struct srv_backend *be, int peer);
+    /* Optional: the core is done with the data that the last poll lent
+     * (srv_cqe.data). Progress lock held. */
+    void (*release)(struct srv_backend *be);
     int (*rdma_write_imm)(struct srv_backend *be, struct srv_rdma_op *op);
     /* The largest len one rdma_write_imm accepts (valid after init): the
      * core splits longer writes; a longer one is refused with MPIV_ERR_ARG. */

@@ -15,15 +15,21 @@
 
 struct srv_backend;
 
-/* shm: writes one raw cell (kind 1 MSG, 2 CHUNK, 3 IMM: shm.c's enum
- * shm_kind; anything else is what a broken peer could write) into our
- * ring at `peer` (kind, len, raddr and
- * imm as given, then n bytes of data, cut to a cell), as a sender that
- * ignores every rule would. MPIV_SUCCESS, or SRV_AGAIN when the ring is
- * full. */
-int srv_shm_test_put_cell(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
-                          uint64_t raddr, uint32_t imm, const void *data, size_t n);
-/* shm: cells dropped as malformed so far. */
+/* shm: writes one raw record into our ring at `peer`, as a sender that
+ * ignores every rule would: kind (1 MSG, 2 CHUNK, 3 IMM, 4 SKIP: shm.c's
+ * enum shm_kind; anything else is what a broken peer could write), len,
+ * raddr and imm as given, then n bytes of data (cut to the largest
+ * record); the record's size says n bytes unless `lines` is non-zero (a
+ * size in 64-byte lines that lies). MPIV_SUCCESS, or SRV_AGAIN when the
+ * ring is full. */
+int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
+                         uint32_t lines, uint64_t raddr, uint32_t imm, const void *data, size_t n);
+/* shm: moves the tail of our ring at `peer` on by `add` bytes without
+ * writing anything (a tail off the record grid, or past the head). */
+void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add);
+/* shm: bytes of record space per ring. */
+size_t srv_shm_test_ring_bytes(struct srv_backend *be);
+/* shm: records dropped as malformed so far. */
 uint64_t srv_shm_test_dropped(struct srv_backend *be);
 /* shm: the checks a peer's segment passes before it is mapped, on the
  * shm_open name `name`; MPIV_SUCCESS or the error naming what is wrong. */

@@ -75,6 +75,15 @@ static const struct cfg_var cfg_vars[] = {
      "who moves the network: thread = a server thread per rank; inline = the threads that wait "
      "(idle workers, waiting pthreads), MPI-style, with no extra thread; auto = inline when the "
      "rank has fewer cores than MPIV_WORKERS + 1, else thread"},
+    {"MPIV_SHM_EAGER_LIMIT", CFG_SIZE, OFF(shm_eager_limit), 0, 1 << 20, 0, NULL,
+     "shm backend: largest message sent eagerly, straight into the receiver's ring (no packet, "
+     "so it may exceed MPIV_PACKET_SIZE); at most a quarter of a ring less 56 bytes (rings are "
+     "4M per pair on 2 ranks, down to 256K from 32 ranks on); below what a packet holds it "
+     "changes nothing; 0 = 64K, or what a ring takes if less; every rank must use the same"},
+    {"MPIV_SHM_RING", CFG_SIZE, OFF(shm_ring), 0, 1 << 30, 0, NULL,
+     "shm backend: bytes of each ring (one per pair of ranks, in each direction), a power of "
+     "two from 64K, enough for 4 packets; 0 = 4M, halved while ranks x ring passes 8M, down to "
+     "256K (so /dev/shm holds max(8M, ranks x 256K) per rank); every rank must use the same"},
     {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
      "core the server thread is pinned to; -1 = the last core of this rank's share"},
     {"MPIV_BOOT_TIMEOUT", CFG_INT, OFF(boot_timeout), 1, 86400, 60, NULL,
@@ -301,6 +310,10 @@ int util_config_load(struct util_config *c)
     if (c->ht_buckets && (c->ht_buckets & (c->ht_buckets - 1)))
         return util_err(MPIV_ERR_CONFIG, "MPIV_HT_BUCKETS=%lld: expected a power of two",
                         (long long)c->ht_buckets);
+    if (c->shm_ring && ((c->shm_ring & (c->shm_ring - 1)) || c->shm_ring < (64 << 10)))
+        return util_err(MPIV_ERR_CONFIG,
+                        "MPIV_SHM_RING=%lld: expected a power of two of at least 64K (65536)",
+                        (long long)c->shm_ring);
     /* a packet holds the header and at most the rest as eager payload */
     int64_t payload = c->packet_size - UTIL_PACKET_HEADER_BYTES;
     if (c->eager_limit > payload)

@@ -372,7 +372,7 @@ static int faults_init(int *argc, char ***argv)
         mpiv_finalize();
         return 1;
     }
-    big = proto.eager_limit * 4 + 100;
+    big = proto_eager_max(1 - me) * 4 + 100; /* above the eager limit of either transport */
     return 0;
 }
 

@@ -4,12 +4,16 @@
  * when an operation fails, where the source and length of an arrival come
  * from, and what a forged shm cell can (not) do.
  *
- *  - shm: CHUNK cells outside every live registration, straddling one,
- *    longer than a cell, wrapping around the address space, or aimed at a
- *    range deregistered before; MSG cells longer than a cell; unknown
- *    kinds: all dropped and counted, nothing written outside the registered
- *    buffer, the ring moves on, and the write they belonged to completes
- *    with an error at the target;
+ *  - shm: CHUNK records outside every live registration, straddling one,
+ *    longer than their record, wrapping around the address space, or aimed
+ *    at a range deregistered before; MSG records longer than their record;
+ *    unknown kinds: all dropped and counted, nothing written outside the
+ *    registered buffer, the ring moves on, and the write they belonged to
+ *    completes with an error at the target; records whose size is zero,
+ *    runs past the tail or the end of the ring, a SKIP short of the end,
+ *    a tail off the record grid: dropped, and reading resumes at the tail;
+ *  - shm: small messages of varied sizes wrap the byte ring many times
+ *    (SKIP records), a full ring says SRV_AGAIN, every byte arrives;
  *  - shm: a write to this rank outside every registration fails; a write
  *    longer than max_write is refused; a peer segment of another mode or
  *    size is refused before it is mapped;
@@ -39,7 +43,7 @@
 #include "server/srv_test_hooks.h"
 #include "util/util.h"
 
-enum { CELL_MSG = 1, CELL_CHUNK = 2, CELL_IMM = 3 }; /* shm.c's enum shm_kind */
+enum { CELL_MSG = 1, CELL_CHUNK = 2, CELL_IMM = 3, CELL_SKIP = 4 }; /* shm.c's enum shm_kind */
 
 static struct util_config cfg;
 static struct pkt_pool *pool;
@@ -140,8 +144,9 @@ START_TEST(test_shm_forged_cells)
     ck_assert_int_eq(ops->mr_reg(be, gone, PAGE, &gone_mr, &gone_h), MPIV_SUCCESS);
     ops->mr_dereg(be, gone_h);
 
-    unsigned char *junk = malloc(cell);
-    memset(junk, 0x5A, cell);
+    (void)cell;
+    unsigned char junk[64];
+    memset(junk, 0x5A, sizeof junk);
     uint64_t b = (uint64_t)(uintptr_t)buf;
     struct {
         uint32_t kind, len;
@@ -149,31 +154,31 @@ START_TEST(test_shm_forged_cells)
     } bad[] = {
         {CELL_CHUNK, 32, b - 16},                             /* straddles the start   */
         {CELL_CHUNK, 16, b + PAGE - 6},                       /* straddles the end     */
-        {CELL_CHUNK, (uint32_t)cell + 1, b},                  /* longer than a cell    */
+        {CELL_CHUNK, 105, b},              /* longer than its record (128 B: 104 of data) */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region},        /* not registered        */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region + 2 * PAGE}, /* nor after it      */
         {CELL_CHUNK, 16, UINT64_MAX - 8},                     /* wraps around          */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)gone},          /* deregistered          */
         {77, 64, b},                                          /* unknown kind          */
-        {CELL_MSG, (uint32_t)cell + 1, 0},                    /* longer than a cell    */
+        {CELL_MSG, 105, 0},                                   /* longer than its record */
         {CELL_MSG, UINT32_MAX, 0},
     };
     size_t nbad = sizeof bad / sizeof bad[0];
     for (size_t i = 0; i < nbad; i++)
-        ck_assert_int_eq(srv_shm_test_put_cell(be, 0, bad[i].kind, bad[i].len, bad[i].raddr, 0,
-                                               junk, cell),
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, bad[i].kind, bad[i].len, 0, bad[i].raddr,
+                                              0, junk, sizeof junk),
                          MPIV_SUCCESS);
     /* then a good CHUNK, the IMM closing that (partly dropped) write, a
      * clean write's IMM, and a message */
-    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_CHUNK, 50, b + 100, 0, junk, 50),
+    ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_CHUNK, 50, 0, b + 100, 0, junk, 50),
                      MPIV_SUCCESS);
-    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_IMM, PAGE, 0, 0x1111, NULL, 0),
+    ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_IMM, PAGE, 0, 0, 0x1111, NULL, 0),
                      MPIV_SUCCESS);
-    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_CHUNK, 8, b + 200, 0, junk, 8),
+    ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_CHUNK, 8, 0, b + 200, 0, junk, 8),
                      MPIV_SUCCESS);
-    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_IMM, 8, 0, 0x2222, NULL, 0),
+    ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_IMM, 8, 0, 0, 0x2222, NULL, 0),
                      MPIV_SUCCESS);
-    ck_assert_int_eq(srv_shm_test_put_cell(be, 0, CELL_MSG, 10, 0, 0, "0123456789", 10),
+    ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 10, 0, 0, 0, "0123456789", 10),
                      MPIV_SUCCESS);
 
     struct srv_cqe ev[8];
@@ -190,7 +195,9 @@ START_TEST(test_shm_forged_cells)
     ck_assert_int_eq(ev[2].err, MPIV_SUCCESS);
     ck_assert_int_eq(ev[2].src, 0);
     ck_assert_uint_eq(ev[2].len, 10);
-    ck_assert_mem_eq(ev[2].p->data, "0123456789", 10);
+    ck_assert_ptr_nonnull(ev[2].data); /* lent in place, a packet beside it */
+    ck_assert_ptr_nonnull(ev[2].p);
+    ck_assert_mem_eq(ev[2].data, "0123456789", 10);
     ck_assert_uint_eq(srv_shm_test_dropped(be), nbad);
 
     /* nothing outside the registered page, and inside only the good chunks */
@@ -203,9 +210,113 @@ START_TEST(test_shm_forged_cells)
     for (size_t i = 0; i < PAGE; i++)
         ck_assert_msg(gone[i] == 0xEE, "deregistered buffer written at %zu", i);
     ops->mr_dereg(be, h);
-    free(junk);
     free(gone);
     munmap(region, 3 * PAGE);
+    down();
+}
+END_TEST
+
+/* A record whose size cannot be right leaves no way to find the next one:
+ * it is dropped with all the ring holds, and what comes after it is read. */
+START_TEST(test_shm_forged_sizes)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be);
+    struct srv_cqe ev[8];
+    unsigned char junk[64] = {0};
+    struct {
+        uint32_t kind, lines;
+    } bad[] = {
+        {CELL_MSG, UINT32_MAX},                 /* past the tail and the ring */
+        {CELL_MSG, (uint32_t)(ring / 64) + 1}, /* longer than the ring       */
+        {CELL_MSG, 3},                          /* past the tail              */
+        {CELL_SKIP, 1},                         /* a SKIP short of the end    */
+    };
+    size_t nbad = sizeof bad / sizeof bad[0];
+    for (size_t i = 0; i < nbad; i++) {
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, bad[i].kind, 8, bad[i].lines, 0, 0, junk, 8),
+                         MPIV_SUCCESS);
+        /* what follows it in the ring goes with it */
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 3, 0, 0, 0, "abc", 3),
+                         MPIV_SUCCESS);
+        poll_none(5);
+        ck_assert_uint_eq(srv_shm_test_dropped(be), i + 1);
+        /* the ring is readable again after it */
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 3, 0, 0, 0, "xyz", 3),
+                         MPIV_SUCCESS);
+        ck_assert_int_eq(poll_n(ev, 8, 1), 1);
+        ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+        ck_assert_uint_eq(ev[0].len, 3);
+        ck_assert_mem_eq(ev[0].data, "xyz", 3);
+        ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+    }
+    /* a tail off the record grid: nothing read from it, no crash */
+    srv_shm_test_set_tail(be, 0, 8);
+    poll_none(5);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), nbad + 1);
+    down();
+}
+END_TEST
+
+/* Messages of 0 to ~1000 bytes, sent until the ring is full, then read:
+ * many times around the ring, through both ways in (post_send and
+ * send_inline), every byte checked and in order. */
+START_TEST(test_shm_ring_wrap)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be);
+    pkt_t *p = pkt_get(pool, 0);
+    ck_assert_ptr_nonnull(p);
+    unsigned char hdr[32], body[1024];
+    uint32_t sent = 0, got = 0, fulls = 0;
+    uint64_t bytes = 0;
+    struct srv_cqe ev[16];
+    while (bytes < 4 * (uint64_t)ring) {
+        for (;;) { /* fill */
+            size_t len = (sent * 37u) % 1000u;
+            memset(hdr, (int)(sent & 0xff), sizeof hdr);
+            memcpy(hdr, &sent, sizeof sent);
+            for (size_t i = 0; i < len; i++)
+                body[i] = (unsigned char)(sent + i);
+            int rc;
+            if (sent & 1) {
+                rc = ops->send_inline(be, 0, hdr, sizeof hdr, body, len);
+            } else {
+                memcpy(p->data, hdr, sizeof hdr);
+                memcpy(p->data + sizeof hdr, body, len);
+                p->len = (uint32_t)(sizeof hdr + len);
+                rc = ops->post_send(be, p, 0);
+            }
+            if (rc == SRV_AGAIN) {
+                fulls++;
+                break;
+            }
+            ck_assert_int_eq(rc, SRV_DONE);
+            sent++;
+            bytes += sizeof hdr + len;
+        }
+        while (got < sent) { /* drain */
+            int n = ops->poll(be, ev, 16);
+            ck_assert_int_ge(n, 0);
+            for (int i = 0; i < n; i++) {
+                ck_assert_int_eq(ev[i].kind, SRV_CQE_RECV);
+                size_t len = (got * 37u) % 1000u;
+                ck_assert_uint_eq(ev[i].len, 32 + len);
+                uint32_t seq;
+                memcpy(&seq, ev[i].data, sizeof seq);
+                ck_assert_uint_eq(seq, got);
+                for (size_t k = 0; k < len; k++)
+                    body[k] = (unsigned char)(got + k);
+                ck_assert(memcmp(ev[i].data + 32, body, len) == 0);
+                ck_assert_int_eq(ops->post_recv(be, ev[i].p), MPIV_SUCCESS);
+                got++;
+            }
+        }
+    }
+    ck_assert_uint_ge(fulls, 4);
+    poll_none(5);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    pkt_put(pool, 0, p);
     down();
 }
 END_TEST
@@ -439,6 +550,8 @@ static Suite *srv_backends_suite(void)
     TCase *shm = tcase_create("shm");
     tcase_set_timeout(shm, 30);
     tcase_add_test(shm, test_shm_forged_cells);
+    tcase_add_test(shm, test_shm_forged_sizes);
+    tcase_add_test(shm, test_shm_ring_wrap);
     tcase_add_test(shm, test_shm_write_self_unregistered);
     tcase_add_test(shm, test_shm_max_write);
     tcase_add_test(shm, test_shm_foreign_segment);
