@@ -108,6 +108,9 @@
 #define SHM_BYTES_PER_RANK ((uint64_t)8 << 20)
 #define SHM_RING_MAX ((uint64_t)4 << 20)
 #define SHM_RING_MIN ((uint64_t)256 << 10)
+/* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
+ * small enough to stay in a core's cache. */
+#define SHM_HOT ((size_t)64 << 10)
 /* MPIV_SHM_EAGER_LIMIT's default (0): chosen with bench/pt2pt (where
  * copying through the ring twice stops beating the rendezvous) */
 #define SHM_EAGER_DEFAULT ((size_t)64 << 10)
@@ -172,6 +175,9 @@ struct srv_backend {
     uint64_t *seen_head;   /* under send_lock[peer]: the last head of our
                               ring at peer we read (it only grows), so a
                               send that fits reads no line of the receiver */
+    uint64_t *hot_check;   /* under send_lock[peer]: the tail at which the
+                              next record looks whether it may start over
+                              (rec_begin)                                 */
     uint64_t *head;        /* R1: our consumer's copy of head, per sender;
                               ahead of the ring's own while borrowed       */
     int *dirty;            /* senders whose head waits for shm_release     */
@@ -234,6 +240,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->send_lock = calloc((size_t)size, sizeof *be->send_lock);
     be->head = calloc((size_t)size, sizeof *be->head);
     be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
+    be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
     atomic_init(&be->cma, cfg->shm_cma ? 1 : 0);
@@ -242,7 +249,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->dirty) {
+        !be->seen_head || !be->hot_check || !be->dirty) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -439,14 +446,28 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
     uint64_t t = atomic_load_explicit(&(*g)->tail, memory_order_relaxed);
     size_t off = (size_t)(t & (be->ring_bytes - 1));
     size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
-    size_t span = need <= to_end ? need : to_end + need;
+    bool wrap = need > to_end;
+    /* Start over early when the receiver has read everything: the first
+     * record past each SHM_HOT boundary looks at head, and if the ring is
+     * empty it goes to the beginning after a SKIP. A ping-pong then
+     * cycles through the first SHM_HOT bytes, which stay in cache,
+     * instead of sweeping megabytes of ring whose lines miss each lap;
+     * a stream that keeps the ring busy still uses all of it, paying one
+     * read of head per SHM_HOT bytes. */
+    if (!wrap && off >= SHM_HOT && t >= be->hot_check[peer]) {
+        be->hot_check[peer] = (t | (SHM_HOT - 1)) + 1;
+        /* acquire: as below */
+        be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
+        wrap = be->seen_head[peer] == t && need <= off;
+    }
+    size_t span = wrap ? to_end + need : need;
     if (t + span - be->seen_head[peer] > be->ring_bytes) {
         /* acquire: the receiver is done with the bytes we are about to reuse */
         be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
         if (t + span - be->seen_head[peer] > be->ring_bytes)
             return NULL;
     }
-    if (need > to_end) {
+    if (wrap) {
         struct shm_rec *skip = (struct shm_rec *)((*g)->bytes + off);
         skip->kind = REC_SKIP;
         skip->len = 0;
@@ -907,6 +928,15 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
 
+size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
+
+uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
+{
+    /* relaxed: read by the sending test thread itself */
+    return atomic_load_explicit(&ring_of(be, be->peer[peer], be->rank)->tail,
+                                memory_order_relaxed);
+}
+
 uint64_t srv_shm_test_dropped(struct srv_backend *be) { return be->drops.count; }
 
 int srv_shm_test_open_segment(struct srv_backend *be, const char *name)
@@ -935,6 +965,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->send_lock);
     free(be->head);
     free(be->seen_head);
+    free(be->hot_check);
     free(be->dirty);
     free(be->posted);
     free(be->done);

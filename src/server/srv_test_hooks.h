@@ -29,6 +29,11 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
 void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add);
 /* shm: bytes of record space per ring. */
 size_t srv_shm_test_ring_bytes(struct srv_backend *be);
+/* shm: the bytes at the start of a ring that an emptied ring starts over
+ * in (a ping-pong stays there), and the tail (bytes written so far) of our
+ * ring at `peer`. */
+size_t srv_shm_test_hot_bytes(void);
+uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);
 /* shm: records dropped as malformed so far. */
 uint64_t srv_shm_test_dropped(struct srv_backend *be);
 /* shm: the checks a peer's segment passes before it is mapped, on the
