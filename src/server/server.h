@@ -3,9 +3,10 @@
  * (see DESIGN.md, "Server"). The server moves packets and bytes; what a
  * packet means belongs to proto/, which registers a handler per type.
  *
- * Threading: srv_send and srv_rdma_write_imm may be called from any thread
- * at any time between srv_start and srv_finalize; they never fail
- * transiently (a busy network queues the operation inside the server).
+ * Threading: srv_send, srv_rdma_write_imm and srv_rdma_read may be called
+ * from any thread at any time between srv_start and srv_finalize; they
+ * never fail transiently (a busy network queues the operation inside the
+ * server; a read runs on the caller's thread).
  * Handlers run on the server thread (or on whichever thread drives progress
  * when the server is not running one, see srv_progress and srv_inline), one
  * at a time.
