@@ -462,8 +462,9 @@ static int rdv_ordered(size_t size, size_t cap, size_t off, int order, unsigned 
  * and across page boundaries (the buffers start mid-page), data checked. */
 START_TEST(read_both_orders)
 {
-    const size_t sizes[] = {proto.eager_limit + 1, 3 * 4096 + 17, 64 * 1024 + 5,
-                            (1u << 20) + 123};
+    size_t e = proto_eager_max(1 - me); /* the same on both ranks */
+    const size_t sizes[] = {e + 1, e + 3 * 4096 + 17, 2 * e + 64 * 1024 + 5,
+                            e + (1u << 20) + 123};
     const size_t offs[] = {0, 4000, 1, 4095};
     struct proto_stats before = stats_now();
     uint64_t n = 0;
@@ -481,11 +482,12 @@ END_TEST
  * receive fails with MPIV_ERR_TRUNCATE, the send succeeds; both orders. */
 START_TEST(read_truncated)
 {
-    size_t size = 4 * proto.eager_limit + 100;
+    size_t e = proto_eager_max(1 - me);
+    size_t size = 4 * e + 100;
     struct proto_stats before = stats_now();
     OK(mpiv_barrier());
     for (int order = 0; order < 2; order++) {
-        int rc = rdv_ordered(size, proto.eager_limit + 1, 100, order, 3);
+        int rc = rdv_ordered(size, e + 1, 100, order, 3);
         if (me == 0)
             OK(rc);
         else
