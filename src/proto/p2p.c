@@ -7,19 +7,39 @@
  *
  *   EAGER (size <= eager limit, and eager credit left, I6): the header and
  *                                the whole payload.
- *   RTS   (otherwise): the header only; the payload stays in the sender's
- *                      buffer, registered for RDMA.
+ *   RTS   (otherwise): the header, and where the receiver can read the
+ *                      sender's memory (srv_can_read: shm, or our own
+ *                      rank) a body naming the buffer; the payload stays in
+ *                      the sender's buffer, registered for RDMA.
  *
  * Matching (Algorithms 1 and 2 of the MPIv paper, made FIFO per key by the
  * table): a receive inserts its request, the server inserts each arrived
  * packet; whichever of the two reaches the table second gets the other's
  * value back and completes the match (proto_match). For EAGER that copies
- * the payload and completes the receive. For RTS the receiver answers with
- * an RTR naming its buffer (address, key, and its own handle as the
- * immediate) and the send's handle taken from the RTS; the sender's server
- * RDMA-writes the payload in pieces of at most proto.max_write bytes, each
- * carrying the immediate; the receive completes when all its bytes have
- * landed, the send when all its writes completed locally.
+ * the payload and completes the receive. For an RTS there are two paths:
+ *
+ *   read  (the RTS has a body): the matching thread reads the payload
+ *         straight into the receive buffer (srv_rdma_read), answers with a
+ *         FIN (an RTR with status FIN, or FIN_FAILED if the read failed)
+ *         naming the send's handle, and completes the receive; the FIN
+ *         completes the send. The bytes are in place one trip after the
+ *         RTS, and the sender's server moves none of them.
+ *   write (no body, or the read was not possible here: SRV_NO_READ, which
+ *         the sender's registration makes harmless): the receiver answers
+ *         with an RTR naming its buffer (address, key, and its own handle
+ *         as the immediate) and the send's handle taken from the RTS; the
+ *         sender's server RDMA-writes the payload in pieces of at most
+ *         proto.max_write bytes, each carrying the immediate; the receive
+ *         completes when all its bytes have landed, the send when all its
+ *         writes completed locally.
+ *
+ * A read runs whole, on whichever thread matched: the receiving thread
+ * when the RTS waited in the table, else the server (or the thread driving
+ * progress). It is not cut into pieces: the write path's server posts all
+ * its pieces at once as well, and on shm each is a synchronous
+ * process_vm_writev, so the server is held just as long either way, and
+ * pieces would cost a resumable state per receive and a trip through the
+ * server per piece. A FIN to our own rank completes the send on the spot.
  *
  * Why an RTS and not the paper's receiver-initiated RTR alone: a receiver
  * does not know the size of the message it will match. Sending an RTR for
@@ -28,7 +48,10 @@
  * first-out that stale RTR would steer a later large send into a buffer the
  * user already got back; a large message meeting a small buffer would wait
  * for an RTR that never comes. With the RTS every RTR is the answer to one
- * matched RTS and names its send's handle, so no RTR can be stale.
+ * matched RTS and names its send's handle, so no RTR can be stale. The
+ * read path keeps the RTS for the same reason and one more: the RTS is
+ * what carries the buffer's address to the receiver, and the FIN, like the
+ * RTR, answers exactly one matched RTS.
  * A receiver-initiated scheme would need per-(context, peer, tag) sequence
  * numbers on both sides that can never be freed (a late stale RTR would
  * meet a restarted counter), and collectives use a fresh tag per call, so
@@ -41,7 +64,15 @@
  *                  OK: writes in flight (the server owns it) -> complete
  *                  NONE (truncated, or nothing to write) -> complete
  *                  FAILED (the receiver could not take it) -> complete(PEER)
+ *                  FIN (read offered, and read) -> complete
+ *                  FIN_FAILED (read offered, read failed) -> complete(NET)
  *   receive:     in the matching table -> matched EAGER -> complete
+ *                  -> matched RTS with a read offered -> read by the
+ *                     matching thread (owned by it throughout, never in
+ *                     the handle table), FIN sent
+ *                       -> read -> complete
+ *                       -> read failed -> complete(NET or PEER)
+ *                       -> read not possible here: as an RTS without one
  *                  -> matched RTS -> in the handle table (RTR sent)
  *                       -> every byte landed -> complete
  *                       -> ABORT from the sender / failed write -> complete(err)
@@ -59,14 +90,16 @@
  *     even when it fails.
  *  I3 Nothing is written past a receive buffer: an EAGER or RTS message
  *     larger than the buffer completes the receive with MPIV_ERR_TRUNCATE
- *     and copies nothing; the sender is then told by an RTR "NONE" and
- *     completes without writing. Every arrived packet is decoded (wire.c)
+ *     and copies nothing (reads nothing); the sender is then told by an RTR
+ *     "NONE" and completes without writing. Every arrived packet is decoded (wire.c)
  *     before any field of it is used, and an immediate must name a live
  *     receive from the rank it came from, with no more bytes than it waits
  *     for.
  *  I4 Handles, never pointers, cross the wire (handle.c): a late or
- *     duplicated RTR, ABORT or immediate names a taken handle and is
- *     dropped and counted.
+ *     duplicated RTR, FIN, ABORT or immediate names a taken handle and is
+ *     dropped and counted; so is a FIN for a send that offered no read.
+ *     (The read's address is the sender's own: it offers its buffer, and a
+ *     receiver reads at most its own buffer's size from it.)
  *  I5 Unexpected messages (EAGER and RTS) never hold more than half of the
  *     packets the posted receives leave (proto.unexpected_max): past that,
  *     the server offers the table a heap block shaped like a packet
@@ -86,9 +119,12 @@
  *     hold at a receiver is then at most credit_max per peer plus one
  *     header per pending send of that peer.
  *  I7 A failure is reported on both sides: a rendezvous write that fails
- *     sends the receiver an ABORT naming its handle; a peer the transport
+ *     sends the receiver an ABORT naming its handle; a read that fails
+ *     sends the sender a FIN_FAILED (its send fails); a peer the transport
  *     declares failed fails every request with it that the handle table
- *     holds; a packet that cannot be sent fails its own request.
+ *     holds (a receive being read is in no table: its read ends by itself,
+ *     with ESRCH if the sender died); a packet that cannot be sent fails
+ *     its own request.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -101,6 +137,7 @@
 struct proto_state proto;
 
 static _Atomic uint64_t n_aborts_sent, n_aborts_received, n_credit_packets, n_eager_as_rts;
+static _Atomic uint64_t n_reads, n_read_fallbacks, n_read_failures, n_fins_received;
 
 void proto_stats_drops(uint64_t out[PROTO_DROP_MAX_]);
 
@@ -112,6 +149,10 @@ void proto_get_stats(struct proto_stats *st)
     st->aborts_received = atomic_load_explicit(&n_aborts_received, memory_order_relaxed);
     st->credit_packets = atomic_load_explicit(&n_credit_packets, memory_order_relaxed);
     st->eager_as_rts = atomic_load_explicit(&n_eager_as_rts, memory_order_relaxed);
+    st->reads = atomic_load_explicit(&n_reads, memory_order_relaxed);
+    st->read_fallbacks = atomic_load_explicit(&n_read_fallbacks, memory_order_relaxed);
+    st->read_failures = atomic_load_explicit(&n_read_failures, memory_order_relaxed);
+    st->fins_received = atomic_load_explicit(&n_fins_received, memory_order_relaxed);
 }
 
 /* --- completion (I1) ------------------------------------------------------- */
@@ -346,8 +387,13 @@ static void send_abort(int peer, uint32_t rimm, int err, pkt_t *p, bool server)
 
 /* --- matching ---------------------------------------------------------------- */
 
+static void on_rtr(pkt_t *p);
+
 /* Writes into packet p the RTR answering `rts` and sends it. Returns what
- * srv_send returned (p is gone either way, I2). */
+ * srv_send returned (p is gone either way, I2). A FIN to our own rank is
+ * handled at once by the calling thread: the send it completes is ours,
+ * and nothing else takes its handle (it cannot fail as a peer would, and
+ * its RTS never fails to go out, see proto_isend). */
 static int send_rtr(pkt_t *p, const struct proto_hdr *rts_in, uint16_t status, uint32_t rimm,
                     uint64_t raddr, uint64_t rkey)
 {
@@ -368,6 +414,11 @@ static int send_rtr(pkt_t *p, const struct proto_hdr *rts_in, uint16_t status, u
         body->rhandle = rimm;
         body->pad = 0;
         p->len += sizeof *body;
+    }
+    if (sender == proto.rank && (status == PROTO_RTR_FIN || status == PROTO_RTR_FIN_FAILED)) {
+        p->peer = sender;
+        on_rtr(p);
+        return MPIV_SUCCESS;
     }
     int rc = srv_send(p, sender);
     if (rc != MPIV_SUCCESS)
@@ -392,6 +443,45 @@ static void eager_complete(struct mpiv_request *r, const struct proto_hdr *h,
         memcpy(r->buf, payload, size);
     credit_owe(h->src, size, server);
     finish(r, err);
+}
+
+/* The receiver's side of the read path: r matched an RTS that offered a
+ * read (fits, not empty); p is its packet (a pool packet), rts its header.
+ * Reads the bytes into r's buffer, then tells the sender (FIN) and
+ * completes r. Returns false, having done nothing, when the read is not
+ * possible here (the caller answers with an RTR instead: the sender's
+ * buffer is still registered, so its write path just works). */
+static bool read_rts(struct mpiv_request *r, pkt_t *p, const struct proto_hdr *rts, bool server)
+{
+    struct proto_rts offer;
+    memcpy(&offer, proto_hdr_of(p) + 1, sizeof offer);
+    size_t size = (size_t)rts->size;
+    int rc = srv_rdma_read(r->buf, size, rts->src, offer.raddr, offer.rkey);
+    if (rc == SRV_NO_READ) {
+        atomic_fetch_add_explicit(&n_read_fallbacks, 1, memory_order_relaxed);
+        return false;
+    }
+    if (rc == MPIV_SUCCESS) {
+        atomic_fetch_add_explicit(&n_reads, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&n_read_failures, 1, memory_order_relaxed);
+        util_err(rc, "reading a %zu-byte message (tag %u) from rank %d failed: %s", size,
+                 rts->tag, rts->src, mpiv_strerror(rc));
+        util_log_warn("%s", mpiv_error_detail());
+    }
+    /* The FIN first: the sender waits for it, the receiver's owner does
+     * not need it. A failed read is told as well (I7): even to a sender
+     * that seems gone, the answer costs nothing and a wrong guess would
+     * leave its send waiting. */
+    uint16_t status = rc == MPIV_SUCCESS ? PROTO_RTR_FIN : PROTO_RTR_FIN_FAILED;
+    if (send_rtr(p, rts, status, 0, 0, 0) != MPIV_SUCCESS && srv_peer_alive(rts->src)) {
+        /* once more, as proto_match does for an RTR (I7) */
+        pkt_t *q = proto_pkt_try(server);
+        if (!q || send_rtr(q, rts, status, 0, 0, 0) != MPIV_SUCCESS)
+            util_log_error("cannot tell rank %d that its message was read", rts->src);
+    }
+    finish(r, rc);
+    return true;
 }
 
 /* Completes the match of receive r with packet p (EAGER or RTS). Called by
@@ -433,9 +523,15 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
         finish(r, size ? MPIV_ERR_TRUNCATE : MPIV_SUCCESS);
         return;
     }
+    /* The read path, when the sender offered it (the body, checked by
+     * proto_decode); the read runs right here, on whichever thread
+     * matched (see the top: why not in pieces). */
+    if (p->len == sizeof rts + sizeof(struct proto_rts) && read_rts(r, p, &rts, server))
+        return;
     int rc = r->reg_err;
     if (rc == MPIV_SUCCESS && !r->mr)
-        rc = srv_mr_get(r->buf, size, &r->mr); /* a small buffer (I6's RTS) */
+        rc = srv_mr_get(r->buf, size, &r->mr); /* a small buffer (I6's RTS), or one
+                                                  we meant to read into */
     uint64_t hnd = 0, raddr = 0, rkey = 0;
     if (rc == MPIV_SUCCESS) {
         /* read before the handle publishes r: from then on the server may
@@ -514,12 +610,27 @@ static void on_rtr(pkt_t *p)
     int peer = h->src;
     struct mpiv_request *r = proto_handle_peek(h->handle);
     /* Only the server thread takes send handles once the RTS is out (the
-     * sending thread takes one back only when the RTS could not be sent),
-     * so what peek saw is still there for take. */
+     * sending thread takes one back only when the RTS could not be sent;
+     * a FIN to our own rank runs here on the receiving thread, for a
+     * send nobody else takes), so what peek saw is still there for take. */
+    bool fin = h->status == PROTO_RTR_FIN || h->status == PROTO_RTR_FIN_FAILED;
     if (!r || r->kind != PROTO_REQ_SEND || r->peer != peer || r->ctx != h->ctx ||
-        (uint32_t)r->tag != h->tag || r->size != h->size || !proto_handle_take(h->handle)) {
-        proto_count_drop(PROTO_DROP_HANDLE, peer, "an RTR");
+        (uint32_t)r->tag != h->tag || r->size != h->size || (fin && !r->rdv_read) ||
+        !proto_handle_take(h->handle)) {
+        /* (a FIN for a send that offered no read would complete it with
+         * nothing moved) */
+        proto_count_drop(PROTO_DROP_HANDLE, peer, fin ? "a FIN" : "an RTR");
         pkt_put_server(proto.pool, p);
+        return;
+    }
+    if (fin) {
+        atomic_fetch_add_explicit(&n_fins_received, 1, memory_order_relaxed);
+        int err = MPIV_SUCCESS;
+        if (h->status == PROTO_RTR_FIN_FAILED)
+            err = util_err(MPIV_ERR_NET, "rank %d could not read a %zu-byte message (tag %d) "
+                           "from this rank", peer, r->size, r->tag);
+        pkt_put_server(proto.pool, p);
+        finish(r, err);
         return;
     }
     if (h->status == PROTO_RTR_NONE) {
@@ -766,6 +877,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     sched_sync_init(&r->sync);
     r->kind = (uint8_t)kind;
     r->ctx = (uint8_t)ctx;
+    r->rdv_read = false;
     r->buf = buf;
     r->size = size;
     r->peer = peer;
@@ -852,13 +964,25 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
         finish(r, MPIV_SUCCESS);
         return MPIV_SUCCESS;
     }
+    p->len = sizeof *h;
+    /* Offer the receiver a read when it can read us (on one host): then
+     * the bytes move one trip after the RTS. The buffer stays registered
+     * all the same, for the write path should the read not be possible
+     * there after all. Written before the handle publishes r. */
+    if (size && !atomic_load_explicit(&proto.rdv_write_only, memory_order_relaxed) &&
+        srv_can_read(dest)) {
+        struct proto_rts *body = (struct proto_rts *)(h + 1);
+        body->raddr = r->mr->raddr + ((uintptr_t)buf - r->mr->base);
+        body->rkey = r->mr->rkey;
+        p->len += sizeof *body;
+        r->rdv_read = true;
+    }
     h->handle = proto_handle_make(r);
     if (!h->handle) {
         pkt_put(proto.pool, sched_worker_id(), p);
         req_put_mr(r);
         return util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
     }
-    p->len = sizeof *h;
     uint64_t hnd = h->handle;
     int rc = proto_deliver(p, dest);
     if (rc != MPIV_SUCCESS && proto_handle_take(hnd)) {
@@ -874,8 +998,12 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
     /* A buffer that can only be filled by a rendezvous is registered here,
      * on the receiving thread, so that the server never stalls all
      * progress registering a large buffer when the RTS finds it posted. A
-     * failure is kept for the match (which refuses the message). */
-    if (size > proto_eager_max(src))
+     * failure is kept for the match (which refuses the message). Not when
+     * we can read from src: its RTS then offers a read, which needs no
+     * registration here; an RTS that takes the write path after all (a
+     * refused read, or a test's rdv_write_only) registers at the match,
+     * where on shm that costs no system call. */
+    if (size > proto_eager_max(src) && !srv_can_read(src))
         r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));

@@ -23,7 +23,8 @@
 enum proto_type {
     PROTO_EAGER = 1,  /* header + the whole message                          */
     PROTO_RTS = 2,    /* rendezvous: a large message waits at the sender      */
-    PROTO_RTR = 3,    /* rendezvous: the receiver's answer to one RTS         */
+    PROTO_RTR = 3,    /* rendezvous: the receiver's answer to one RTS (also
+                         its FIN, after it read the message itself)          */
     PROTO_ABORT = 4,  /* the peer's side of a rendezvous failed               */
     PROTO_CREDIT = 5, /* eager credit given back (header only)                */
     PROTO_TYPE_MAX_
@@ -33,7 +34,8 @@ enum proto_type {
 struct proto_hdr {
     uint8_t type;    /* enum proto_type                                        */
     uint8_t ctx;     /* enum ht_ctx                                            */
-    uint16_t status; /* RTR: enum proto_rtr_status; ABORT: an mpiv_error      */
+    uint16_t status; /* RTR: enum proto_rtr_status; ABORT: an mpiv_error;
+                        RTS: 0                                                */
     int32_t src;     /* sender's rank (checked against the transport's)       */
     uint32_t tag;
     uint32_t credit; /* eager credit (bytes) given back to the receiver of
@@ -44,6 +46,15 @@ struct proto_hdr {
 };
 _Static_assert(sizeof(struct proto_hdr) == UTIL_PACKET_HEADER_BYTES,
                "the header is what the configuration reserves in a packet");
+
+/* RTS body, after the header, when the sender offers the receiver to read
+ * the message itself (p2p.c, the receiver-driven rendezvous): where its
+ * bytes are, as srv_rdma_read names them. An RTS without a body offers
+ * nothing: the receiver answers with an RTR and the sender writes. */
+struct proto_rts {
+    uint64_t raddr;
+    uint64_t rkey;
+};
 
 /* RTR body, after the header (only when status == PROTO_RTR_OK). */
 struct proto_rtr {
@@ -58,6 +69,10 @@ enum proto_rtr_status {
     PROTO_RTR_NONE = 1,   /* nothing to write (buffer too small, or an empty
                              message): the send is over                       */
     PROTO_RTR_FAILED = 2, /* the receiver could not take it: the send fails   */
+    PROTO_RTR_FIN = 3,    /* FIN: the receiver read the whole message itself
+                             (only to an RTS with a body): the send is over   */
+    PROTO_RTR_FIN_FAILED = 4, /* the receiver's read of it failed (only to an
+                             RTS with a body): the send fails, MPIV_ERR_NET   */
 };
 /* An RTR echoes the RTS's ctx, tag and size, so the sender can check that
  * it answers the send its handle names. An ABORT carries, in handle, the
@@ -98,6 +113,12 @@ struct proto_stats {
     uint64_t aborts_sent, aborts_received;
     uint64_t credit_packets;  /* explicit CREDIT packets sent           */
     uint64_t eager_as_rts;    /* small sends that went as RTS (no credit) */
+    /* Receiver-driven rendezvous (p2p.c): */
+    uint64_t reads;           /* RTS whose bytes this rank read itself      */
+    uint64_t read_fallbacks;  /* RTS that offered a read, answered by an RTR
+                                 because the read was not possible here     */
+    uint64_t read_failures;   /* reads that failed (the receive failed)     */
+    uint64_t fins_received;   /* sends completed by a FIN (either status)  */
 };
 void proto_get_stats(struct proto_stats *st);
 
@@ -155,6 +176,8 @@ struct mpiv_request {
     sched_sync sync;  /* the state word                                    */
     uint8_t kind;     /* enum proto_req_kind                                 */
     uint8_t ctx;
+    bool rdv_read;    /* send: its RTS offered the receiver a read (a FIN
+                         may answer it)                                     */
     void *buf;        /* user buffer                                        */
     size_t size;      /* send: message size; recv: buffer capacity          */
     int peer, tag;
@@ -177,6 +200,9 @@ struct proto_state {
     int rank, size;
     size_t eager_limit;      /* payload bytes a packet carries               */
     size_t max_write;        /* largest piece of one rendezvous write        */
+    /* Tests only: no RTS offers a read (p2p.c), so that the write path
+     * runs on a backend that could read. Read by the sending thread. */
+    atomic_bool rdv_write_only;
     atomic_uint coll_seq;    /* collective calls so far (same on all ranks)  */
     atomic_long unexpected;  /* pool packets held in the table as unexpected */
     long unexpected_max;     /* above it, unexpected eager messages are

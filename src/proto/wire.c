@@ -10,9 +10,10 @@
  *   - EAGER: p->len == header + h->size and h->size <= the eager limit for
  *     that source (proto_eager_max: larger on shm, where messages above a
  *     packet's size arrive in place and never as packets);
- *   - RTS: header only, h->handle != 0;
- *   - RTR: header + body when OK, header alone otherwise, known status,
+ *   - RTS: header alone, or header + struct proto_rts (a read offered);
  *     h->handle != 0;
+ *   - RTR: header + body when OK, header alone otherwise (NONE, FAILED and
+ *     the FINs), known status, h->handle != 0;
  *   - ABORT: header only, a 32-bit handle, an error code;
  *   - CREDIT: header only;
  *   - ctx and tag within what the sender's API lets through.
@@ -97,7 +98,7 @@ int proto_decode_data(const unsigned char *data, size_t len, int src, struct pro
             if (body != h.size)
                 return drop(PROTO_DROP_LEN, src);
         } else {
-            if (body != 0)
+            if (body != 0 && body != sizeof(struct proto_rts))
                 return drop(PROTO_DROP_LEN, src);
             if (h.handle == 0)
                 return drop(PROTO_DROP_FIELD, src);
@@ -108,7 +109,8 @@ int proto_decode_data(const unsigned char *data, size_t len, int src, struct pro
             return drop(PROTO_DROP_FIELD, src);
         if (h.status == PROTO_RTR_OK)
             return body == sizeof(struct proto_rtr) ? h.type : drop(PROTO_DROP_LEN, src);
-        if (h.status != PROTO_RTR_NONE && h.status != PROTO_RTR_FAILED)
+        if (h.status != PROTO_RTR_NONE && h.status != PROTO_RTR_FAILED &&
+            h.status != PROTO_RTR_FIN && h.status != PROTO_RTR_FIN_FAILED)
             return drop(PROTO_DROP_FIELD, src);
         return body == 0 ? h.type : drop(PROTO_DROP_LEN, src);
     case PROTO_ABORT:

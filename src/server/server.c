@@ -400,6 +400,46 @@ bool srv_peer_alive(int peer)
            !atomic_load_explicit(&srv_g.peer_dead[peer], memory_order_relaxed);
 }
 
+static enum srv_fault_action fault_ask(enum srv_fault_point point, int peer,
+                                       const unsigned char *data, size_t len, uint32_t imm);
+
+bool srv_can_read(int peer)
+{
+    if (!srv_peer_alive(peer))
+        return false;
+    if (peer == srv_g.rank)
+        return true;
+    return srv_g.ops->can_read && srv_g.ops->can_read(srv_g.be, peer);
+}
+
+int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey)
+{
+    int rc = check_peer(peer);
+    if (rc)
+        return rc;
+    if (util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed))) {
+        switch (fault_ask(SRV_FAULT_READ, peer, NULL, len, 0)) {
+        case SRV_FAULT_FAIL:
+            return util_err(MPIV_ERR_NET, "server: reading %zu bytes from rank %d failed "
+                            "(injected)", len, peer);
+        case SRV_FAULT_REFUSE:
+            return SRV_NO_READ;
+        default:
+            break;
+        }
+    }
+    if (peer == srv_g.rank) {
+        /* Our own memory: the address came from our own RTS, which never
+         * leaves this process (proto_deliver). */
+        if (len)
+            memcpy(buf, (const void *)(uintptr_t)raddr, len);
+        return MPIV_SUCCESS;
+    }
+    if (!srv_g.ops->rdma_read)
+        return SRV_NO_READ;
+    return srv_g.ops->rdma_read(srv_g.be, buf, len, peer, raddr, rkey);
+}
+
 /* --- progress ----------------------------------------------------------- */
 
 static void refill_recvs(void)
@@ -937,6 +977,7 @@ static int fault_on_send(pkt_t *p, int peer)
         fault_hold(p, peer, NULL, FAULT_DELAY_ROUNDS);
         return SRV_DONE;
     case SRV_FAULT_PASS:
+    case SRV_FAULT_REFUSE: /* means something for reads only */
         break;
     }
     return MPIV_SUCCESS;
@@ -1023,6 +1064,7 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
             break;
         }
         case SRV_FAULT_PASS:
+        case SRV_FAULT_REFUSE: /* means something for reads only */
             break;
         }
         ev[out++] = *e;

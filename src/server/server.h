@@ -3,9 +3,10 @@
  * (see DESIGN.md, "Server"). The server moves packets and bytes; what a
  * packet means belongs to proto/, which registers a handler per type.
  *
- * Threading: srv_send and srv_rdma_write_imm may be called from any thread
- * at any time between srv_start and srv_finalize; they never fail
- * transiently (a busy network queues the operation inside the server).
+ * Threading: srv_send, srv_rdma_write_imm and srv_rdma_read may be called
+ * from any thread at any time between srv_start and srv_finalize; they
+ * never fail transiently (a busy network queues the operation inside the
+ * server; a read runs on the caller's thread).
  * Handlers run on the server thread (or on whichever thread drives progress
  * when the server is not running one, see srv_progress and srv_inline), one
  * at a time.
@@ -106,6 +107,27 @@ int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint6
 /* The largest len one srv_rdma_write_imm may carry on this backend. */
 size_t srv_max_write(void);
 
+/* srv_rdma_read's "not possible here": the backend has no reads (ofi,
+ * ibv), they are switched off (MPIV_SHM_CMA=off) or the kernel refused
+ * one (ptrace rules, seccomp). Nothing was read that counts; the caller
+ * moves the bytes another way. Distinct from every enum mpiv_error. */
+#define SRV_NO_READ (-12)
+
+/* Whether this rank can read `peer`'s memory itself (srv_rdma_read): our
+ * own rank always (a copy), a peer only on a backend with reads (shm) that
+ * has not found them refused. Both ranks of one host give the same answer
+ * about each other, so a sender may ask it about a receiver. A hint: a
+ * read may still come back SRV_NO_READ. */
+bool srv_can_read(int peer);
+
+/* Reads len bytes at the peer's raddr (rkey: the key of its registration
+ * there) into local buf, synchronously, on the calling thread (any thread,
+ * concurrently with everything else). Returns MPIV_SUCCESS,
+ * MPIV_ERR_PEER (the rank is gone), MPIV_ERR_NET (the range is not mapped
+ * there, or an injected failure) or SRV_NO_READ; on an error buf may hold
+ * part of the bytes. */
+int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey);
+
 /* Whether the transport still considers `peer` alive. */
 bool srv_peer_alive(int peer);
 
@@ -129,11 +151,18 @@ bool srv_inline(void);
 
 /* --- fault injection (tests only) -------------------------------------------
  * A hook that sees every packet sent and arrived and every RDMA write
- * posted and landed, and says what to do with it, so that tests force the
- * orderings and failures they check instead of hoping for them. The hook
- * runs on whichever thread sends (SEND, WRITE) or progresses (RECV, IMM),
+ * posted and landed and every read, and says what to do with it, so that
+ * tests force the orderings and failures they check instead of hoping for
+ * them. The hook runs on whichever thread sends (SEND, WRITE), reads (READ)
+ * or progresses (RECV, IMM),
  * so it must be thread-safe. */
-enum srv_fault_point { SRV_FAULT_SEND, SRV_FAULT_WRITE, SRV_FAULT_RECV, SRV_FAULT_IMM };
+enum srv_fault_point {
+    SRV_FAULT_SEND,
+    SRV_FAULT_WRITE,
+    SRV_FAULT_RECV,
+    SRV_FAULT_IMM,
+    SRV_FAULT_READ, /* srv_rdma_read, on the reading thread, before it reads */
+};
 enum srv_fault_action {
     SRV_FAULT_PASS,  /* as usual                                                */
     SRV_FAULT_DROP,  /* SEND, RECV, IMM: lost (SEND: srv_send still succeeds)   */
@@ -143,13 +172,17 @@ enum srv_fault_action {
     SRV_FAULT_FAIL,  /* SEND: srv_send fails; WRITE: completes with an error,
                         nothing written (a local failure: the peer stays
                         alive); RECV, IMM: reported as a failed completion
-                        (the peer is then declared failed)                      */
+                        (the peer is then declared failed); READ: fails with
+                        MPIV_ERR_NET, nothing read (the peer stays alive)       */
+    SRV_FAULT_REFUSE, /* READ: refused as the kernel refuses one (SRV_NO_READ),
+                        for this read only                                      */
 };
 struct srv_fault_event {
     enum srv_fault_point point;
-    int peer;                   /* destination (SEND, WRITE) or source     */
+    int peer;                   /* destination (SEND, WRITE) or source (RECV,
+                                   IMM, READ)                               */
     const unsigned char *data;  /* SEND, RECV: the packet's bytes          */
-    size_t len;                 /* bytes of the packet or of the write     */
+    size_t len;                 /* bytes of the packet, write or read      */
     uint32_t imm;               /* WRITE, IMM                              */
 };
 typedef enum srv_fault_action (*srv_fault_fn)(const struct srv_fault_event *ev, void *arg);

@@ -889,6 +889,56 @@ static bool shm_mr_pins(struct srv_backend *be)
     return true;
 }
 
+/* --- reads (the receiver-driven rendezvous) ------------------------------- */
+
+/* One process_vm_readv moves at most this much: the kernel cuts every call
+ * to just under 2 GiB anyway, and the loop below takes what it returns. */
+#define SHM_READ_PIECE ((size_t)1 << 30)
+
+static bool shm_can_read(struct srv_backend *be, int peer)
+{
+    (void)peer;
+    /* relaxed: a hint, both ways are correct (see write_direct) */
+    return atomic_load_explicit(&be->cma, memory_order_relaxed) != 0;
+}
+
+/* The same permission as write_direct's: process_vm_readv and _writev
+ * follow the same ptrace rules, so one refusal turns both off (be->cma). */
+static int shm_rdma_read(struct srv_backend *be, void *buf, size_t len, int peer, uint64_t raddr,
+                         uint64_t rkey)
+{
+    (void)rkey; /* a peer names plain virtual addresses (see the top) */
+    size_t off = 0;
+    while (off < len) {
+        if (!atomic_load_explicit(&be->cma, memory_order_relaxed))
+            return SRV_NO_READ;
+        size_t n = len - off < SHM_READ_PIECE ? len - off : SHM_READ_PIECE;
+        struct iovec l = {(char *)buf + off, n};
+        struct iovec r = {(void *)(uintptr_t)(raddr + off), n};
+        ssize_t got = process_vm_readv(be->pid[peer], &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && (errno == ESRCH || errno == EFAULT)) {
+            int e = errno, rc = e == ESRCH ? MPIV_ERR_PEER : MPIV_ERR_NET;
+            util_err(rc, "shm: reading %zu bytes from rank %d at 0x%" PRIx64 ": %s", len, peer,
+                     raddr, e == ESRCH ? "the rank is gone" : strerror(e));
+            util_log_error("%s", mpiv_error_detail());
+            return rc;
+        }
+        if (got <= 0) {
+            /* EPERM (ptrace rules, a container's seccomp), ENOSYS: the
+             * caller moves these bytes another way, and so do later
+             * transfers (no more reads, writes through the rings). */
+            atomic_store_explicit(&be->cma, 0, memory_order_relaxed);
+            util_log_info("shm: process_vm_readv from rank %d: %s; no more direct copies", peer,
+                          got < 0 ? strerror(errno) : "no progress");
+            return SRV_NO_READ;
+        }
+        off += (size_t)got;
+    }
+    return MPIV_SUCCESS;
+}
+
 /* --- test hooks (srv_test_hooks.h) ----------------------------------------- */
 
 int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
@@ -994,5 +1044,7 @@ const struct srv_backend_ops srv_shm_ops = {
     .mr_dereg = shm_mr_dereg,
     .poll = shm_poll,
     .mr_pins = shm_mr_pins,
+    .can_read = shm_can_read,
+    .rdma_read = shm_rdma_read,
     .finalize = shm_finalize,
 };

@@ -114,6 +114,15 @@ struct srv_backend_ops {
      * srv_mr (rkey, raddr, base, desc) and *handle (for mr_dereg). */
     int (*mr_reg)(struct srv_backend *be, void *buf, size_t len, srv_mr *mr, void **handle);
     void (*mr_dereg)(struct srv_backend *be, void *handle);
+    /* Optional (NULL: the backend has no reads, srv_can_read says false):
+     * whether reads from `peer` are possible now, and one synchronous read
+     * of len bytes at the peer's raddr into local buf, from any thread at
+     * once. rdma_read returns MPIV_SUCCESS, MPIV_ERR_PEER, MPIV_ERR_NET or
+     * SRV_NO_READ (see server.h); a refusal by the system also makes
+     * can_read false from then on. Never called for this rank itself. */
+    bool (*can_read)(struct srv_backend *be, int peer);
+    int (*rdma_read)(struct srv_backend *be, void *buf, size_t len, int peer, uint64_t raddr,
+                     uint64_t rkey);
     /* Reads up to max completions into ev; returns how many (>= 0) or a
      * negative enum mpiv_error for a failure of the backend itself. */
     int (*poll)(struct srv_backend *be, struct srv_cqe *ev, int max);

@@ -69,8 +69,9 @@ static const struct cfg_var cfg_vars[] = {
      "network backend; shm = MPIv's own shared-memory rings (every rank on one host); auto = "
      "shm when every rank is on one host, else ibv where every rank has a verbs device, else ofi"},
     {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 1, "off|on",
-     "shm backend: large messages with one copy by process_vm_writev where the kernel allows "
-     "it; off = through the rings (two copies)"},
+     "shm backend: large messages in one copy where the kernel allows it (the receiver reads "
+     "them with process_vm_readv, or the sender writes them with process_vm_writev); off = "
+     "through the rings (two copies)"},
     {"MPIV_SERVER", CFG_WORDS, OFF(server), 0, 2, UTIL_SERVER_AUTO, "auto|thread|inline",
      "who moves the network: thread = a server thread per rank; inline = the threads that wait "
      "(idle workers, waiting pthreads), MPI-style, with no extra thread; auto = inline when the "

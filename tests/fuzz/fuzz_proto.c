@@ -498,6 +498,33 @@ int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload,
     return SRV_INLINE_LATER;
 }
 
+/* Reads: rank 0 never offers one (this network cannot read), but rank 1's
+ * RTS may; the outcome of reading it comes from its raddr's low bits, so
+ * the input picks it: refused (the RTR path), done, failed, peer gone. */
+bool srv_can_read(int peer)
+{
+    (void)peer;
+    return false;
+}
+
+int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey)
+{
+    (void)rkey;
+    if (peer != 1)
+        FAIL("a read from rank %d, which offered none", peer);
+    switch (raddr & 3) {
+    case 0:
+        return SRV_NO_READ;
+    case 1:
+        memset(buf, 0xab, len); /* ASan checks every byte lies in the buffer */
+        return MPIV_SUCCESS;
+    case 2:
+        return util_err(MPIV_ERR_NET, "fuzz: read made to fail");
+    default:
+        return util_err(MPIV_ERR_PEER, "fuzz: rank 1 is gone for the read");
+    }
+}
+
 static uint64_t imm_drops(void)
 {
     struct proto_stats st;

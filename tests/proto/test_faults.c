@@ -80,6 +80,10 @@ static void arm(enum srv_fault_point point, int type, enum srv_fault_action acti
     srv_fault_set(hook, NULL);
 }
 
+/* The cases below that fault the RTR, the writes or their immediates need
+ * the write path: on shm with CMA an RTS would offer a read instead. */
+static void write_path_only(bool on) { atomic_store(&proto.rdv_write_only, on); }
+
 static uint64_t drops(enum proto_drop why)
 {
     struct proto_stats st;
@@ -128,32 +132,38 @@ static int exchange(int on, enum srv_fault_point point, int type, enum srv_fault
 /* A duplicated RTR reaches the sender: the second names a taken handle. */
 START_TEST(dup_rtr)
 {
+    write_path_only(true);
     uint64_t before = drops(PROTO_DROP_HANDLE);
     OK(exchange(0, SRV_FAULT_RECV, PROTO_RTR, SRV_FAULT_DUP, big));
     OK(mpiv_barrier()); /* the duplicate is handled by now on rank 0 */
     if (me == 0)
         ck_assert_uint_eq(drops(PROTO_DROP_HANDLE), before + 1);
+    write_path_only(false);
 }
 END_TEST
 
 /* A duplicated immediate reaches the receiver: dropped, not counted twice. */
 START_TEST(dup_imm)
 {
+    write_path_only(true);
     uint64_t before = drops(PROTO_DROP_IMM);
     OK(exchange(1, SRV_FAULT_IMM, 0, SRV_FAULT_DUP, big));
     OK(mpiv_barrier());
     if (me == 1)
         ck_assert_uint_eq(drops(PROTO_DROP_IMM), before + 1);
+    write_path_only(false);
 }
 END_TEST
 
 /* Held-back control packets and immediates still complete. */
 START_TEST(delayed_rtr_and_imm)
 {
+    write_path_only(true);
     OK(exchange(0, SRV_FAULT_RECV, PROTO_RTR, SRV_FAULT_DELAY, big));
     OK(exchange(1, SRV_FAULT_IMM, 0, SRV_FAULT_DELAY, big));
     OK(exchange(1, SRV_FAULT_RECV, PROTO_RTS, SRV_FAULT_DELAY, big));
     OK(mpiv_barrier());
+    write_path_only(false);
 }
 END_TEST
 
@@ -161,10 +171,12 @@ END_TEST
  * (ABORT) instead of waiting forever. */
 START_TEST(write_fails)
 {
+    write_path_only(true);
     int rc = exchange(0, SRV_FAULT_WRITE, 0, SRV_FAULT_FAIL, big);
     ck_assert_msg(rc != MPIV_SUCCESS, "rank %d: the failed rendezvous reported success", me);
     /* both sides go on working */
     OK(exchange(-1, SRV_FAULT_SEND, 0, SRV_FAULT_PASS, big));
+    write_path_only(false);
 }
 END_TEST
 
@@ -172,9 +184,11 @@ END_TEST
  * sends next fails the sender's send instead of leaving it waiting. */
 START_TEST(rtr_send_fails)
 {
+    write_path_only(true);
     int rc = exchange(1, SRV_FAULT_SEND, PROTO_RTR, SRV_FAULT_FAIL, big);
     ck_assert_msg(rc != MPIV_SUCCESS, "rank %d: the failed rendezvous reported success", me);
     OK(exchange(-1, SRV_FAULT_SEND, 0, SRV_FAULT_PASS, big));
+    write_path_only(false);
 }
 END_TEST
 
@@ -256,6 +270,7 @@ END_TEST
  * every byte lands, in both arrival orders. */
 START_TEST(split_writes)
 {
+    write_path_only(true);
     size_t saved = proto.max_write;
     proto.max_write = 4096 + 64;
     size_t n = (1u << 20) + 123;
@@ -289,6 +304,7 @@ START_TEST(split_writes)
     proto.max_write = saved;
     free(buf);
     OK(mpiv_barrier());
+    write_path_only(false);
 }
 END_TEST
 
@@ -358,6 +374,221 @@ START_TEST(lagging_receiver_is_bounded)
 }
 END_TEST
 
+/* --- the receiver-driven rendezvous (reads) ------------------------------ */
+
+/* Whether this job's RTS offer reads to the other rank: on shm unless CMA
+ * is off (MPIV_NET=auto is shm here: one host). From the environment, not
+ * from the library, so that a library that never reads fails the checks. */
+static bool reads_expected(void)
+{
+    const char *net = getenv("MPIV_NET"), *cma = getenv("MPIV_SHM_CMA");
+    if (net && *net && strcmp(net, "shm") != 0 && strcmp(net, "auto") != 0)
+        return false;
+    return !(cma && (strcmp(cma, "off") == 0 || strcmp(cma, "0") == 0));
+}
+
+static struct proto_stats stats_now(void)
+{
+    struct proto_stats st;
+    proto_get_stats(&st);
+    return st;
+}
+
+/* After n rendezvous 0 -> 1 that fit: on rank 1, n more reads, no
+ * fallback, no failure; on rank 0, n more FINs. Without reads: none. */
+static void check_reads(const struct proto_stats *before, uint64_t n)
+{
+    struct proto_stats now = stats_now();
+    uint64_t want = reads_expected() ? n : 0;
+    if (me == 1) {
+        ck_assert_uint_eq(now.reads - before->reads, want);
+        ck_assert_uint_eq(now.read_fallbacks, before->read_fallbacks);
+        ck_assert_uint_eq(now.read_failures, before->read_failures);
+    } else {
+        ck_assert_uint_eq(now.fins_received - before->fins_received, want);
+    }
+}
+
+/* One rendezvous 0 -> 1 of `size` bytes at `off` bytes into the buffers,
+ * in the given order: 0 = the receive is posted before the RTS arrives,
+ * 1 = the RTS waits in the table for the receive. The order is forced by
+ * the barrier: what rank 0 sent before it reaches rank 1 before the
+ * barrier's own message (one ring, in order). `cap` is the receive
+ * buffer's size (< size: truncation). Returns what this rank's operation
+ * returned; checks the data when it fits, and that nothing past cap was
+ * written. */
+static int rdv_ordered(size_t size, size_t cap, size_t off, int order, unsigned seed)
+{
+    size_t n = (size > cap ? size : cap) + off + 64;
+    unsigned char *mem = malloc(n), *buf = mem + off;
+    ck_assert_ptr_nonnull(mem);
+    mpiv_request_t r;
+    mpiv_status_t st;
+    int rc;
+    if (me == 0) {
+        fill(buf, size, seed);
+        if (order == 0) {
+            OK(mpiv_barrier());
+            rc = mpiv_send(buf, size, 1, 21);
+        } else {
+            OK(mpiv_isend(buf, size, 1, 21, &r));
+            OK(mpiv_barrier());
+            rc = mpiv_wait(&r, NULL);
+        }
+    } else {
+        memset(mem, 0xee, n);
+        if (order == 0) {
+            OK(mpiv_irecv(buf, cap, 0, 21, &r));
+            OK(mpiv_barrier());
+        } else {
+            OK(mpiv_barrier());
+            OK(mpiv_irecv(buf, cap, 0, 21, &r));
+        }
+        rc = mpiv_wait(&r, &st);
+        if (rc == MPIV_SUCCESS) {
+            ck_assert_uint_eq(st.size, size);
+            ck_assert_uint_eq(first_bad(buf, size, seed), size);
+        }
+        for (size_t i = cap; i < n - off; i++)
+            ck_assert_msg(buf[i] == 0xee, "byte %zu past a %zu-byte buffer was written", i, cap);
+        for (size_t i = 0; i < off; i++)
+            ck_assert_msg(mem[i] == 0xee, "byte %zu before the buffer was written", i);
+    }
+    free(mem);
+    return rc;
+}
+
+/* The read path in both arrival orders, at sizes across the eager limit
+ * and across page boundaries (the buffers start mid-page), data checked. */
+START_TEST(read_both_orders)
+{
+    size_t e = proto_eager_max(1 - me); /* the same on both ranks */
+    const size_t sizes[] = {e + 1, e + 3 * 4096 + 17, 2 * e + 64 * 1024 + 5,
+                            e + (1u << 20) + 123};
+    const size_t offs[] = {0, 4000, 1, 4095};
+    struct proto_stats before = stats_now();
+    uint64_t n = 0;
+    OK(mpiv_barrier());
+    for (int order = 0; order < 2; order++)
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++, n++)
+            OK(rdv_ordered(sizes[i], sizes[i], offs[i], order, (unsigned)(n + 1)));
+    OK(mpiv_barrier()); /* every FIN handled */
+    check_reads(&before, n);
+    ck_assert(srv_can_read(1 - me) == reads_expected());
+}
+END_TEST
+
+/* A rendezvous larger than the receive buffer: nothing is read, the
+ * receive fails with MPIV_ERR_TRUNCATE, the send succeeds; both orders. */
+START_TEST(read_truncated)
+{
+    size_t e = proto_eager_max(1 - me);
+    size_t size = 4 * e + 100;
+    struct proto_stats before = stats_now();
+    OK(mpiv_barrier());
+    for (int order = 0; order < 2; order++) {
+        int rc = rdv_ordered(size, e + 1, 100, order, 3);
+        if (me == 0)
+            OK(rc);
+        else
+            ck_assert_int_eq(rc, MPIV_ERR_TRUNCATE);
+    }
+    OK(mpiv_barrier());
+    check_reads(&before, 0);
+}
+END_TEST
+
+/* A read the system refuses (injected here, as EPERM would): the receiver
+ * answers with an RTR, the sender writes, the data arrives; the next
+ * message reads again (one refusal turns reads off only when the kernel
+ * refuses, not when a test does). */
+START_TEST(read_refused_falls_back)
+{
+    if (!reads_expected())
+        return;
+    struct proto_stats before = stats_now();
+    OK(exchange(1, SRV_FAULT_READ, 0, SRV_FAULT_REFUSE, big));
+    OK(mpiv_barrier());
+    struct proto_stats mid = stats_now();
+    if (me == 1) {
+        ck_assert_uint_eq(mid.read_fallbacks, before.read_fallbacks + 1);
+        ck_assert_uint_eq(mid.reads, before.reads);
+    } else {
+        ck_assert_uint_eq(mid.fins_received, before.fins_received);
+    }
+    OK(exchange(-1, SRV_FAULT_READ, 0, SRV_FAULT_PASS, big));
+    OK(mpiv_barrier());
+    check_reads(&mid, 1);
+}
+END_TEST
+
+/* A read that fails: the receive fails with MPIV_ERR_NET, and the sender's
+ * send fails too (FIN_FAILED) instead of waiting forever; then both sides
+ * go on working. */
+START_TEST(read_fails)
+{
+    if (!reads_expected())
+        return;
+    struct proto_stats before = stats_now();
+    int rc = exchange(1, SRV_FAULT_READ, 0, SRV_FAULT_FAIL, big);
+    ck_assert_int_eq(rc, MPIV_ERR_NET);
+    OK(mpiv_barrier());
+    struct proto_stats mid = stats_now();
+    if (me == 1)
+        ck_assert_uint_eq(mid.read_failures, before.read_failures + 1);
+    else
+        ck_assert_uint_eq(mid.fins_received, before.fins_received + 1);
+    OK(exchange(-1, SRV_FAULT_READ, 0, SRV_FAULT_PASS, big));
+    OK(mpiv_barrier());
+    check_reads(&mid, 1);
+}
+END_TEST
+
+/* A duplicated FIN reaches the sender: the second names a taken handle. */
+START_TEST(dup_fin)
+{
+    if (!reads_expected())
+        return;
+    uint64_t before = drops(PROTO_DROP_HANDLE);
+    OK(exchange(0, SRV_FAULT_RECV, PROTO_RTR, SRV_FAULT_DUP, big));
+    OK(mpiv_barrier());
+    if (me == 0)
+        ck_assert_uint_eq(drops(PROTO_DROP_HANDLE), before + 1);
+}
+END_TEST
+
+/* A rendezvous to our own rank reads too (a copy, on every backend), in
+ * both orders, and completes the send on the spot. */
+START_TEST(read_self)
+{
+    size_t n = (1u << 20) + 77;
+    unsigned char *a = malloc(n), *b = malloc(n);
+    ck_assert(a && b);
+    struct proto_stats before = stats_now();
+    for (int order = 0; order < 2; order++) {
+        mpiv_request_t rs, rr;
+        fill(a, n, (unsigned)order + 40);
+        memset(b, 0, n);
+        if (order == 0) {
+            OK(mpiv_irecv(b, n, me, 8, &rr));
+            OK(mpiv_isend(a, n, me, 8, &rs));
+        } else {
+            OK(mpiv_isend(a, n, me, 8, &rs));
+            OK(mpiv_irecv(b, n, me, 8, &rr));
+        }
+        OK(mpiv_wait(&rs, NULL));
+        OK(mpiv_wait(&rr, NULL));
+        ck_assert_uint_eq(first_bad(b, n, (unsigned)order + 40), n);
+    }
+    struct proto_stats now = stats_now();
+    ck_assert_uint_eq(now.reads - before.reads, 2);
+    ck_assert_uint_eq(now.fins_received - before.fins_received, 2);
+    free(a);
+    free(b);
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static int faults_init(int *argc, char ***argv)
 {
     (void)argc;
@@ -390,6 +621,12 @@ static Suite *faults_suite(void)
     tcase_add_test(tc, forged_packets);
     tcase_add_test(tc, split_writes);
     tcase_add_test(tc, lagging_receiver_is_bounded);
+    tcase_add_test(tc, read_both_orders);
+    tcase_add_test(tc, read_truncated);
+    tcase_add_test(tc, read_refused_falls_back);
+    tcase_add_test(tc, read_fails);
+    tcase_add_test(tc, dup_fin);
+    tcase_add_test(tc, read_self);
     suite_add_tcase(s, tc);
     return s;
 }
