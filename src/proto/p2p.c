@@ -165,6 +165,15 @@ static void req_put_mr(struct mpiv_request *r)
     r->mr = NULL;
 }
 
+/* Completes r before anybody but its starter has seen it (an eager send,
+ * I1's signal without the atomic exchange: no waiter can be registered
+ * yet; the starter's return publishes it). */
+static void finish_unseen(struct mpiv_request *r)
+{
+    r->status.error = MPIV_SUCCESS;
+    sched_sync_init_signalled(&r->sync);
+}
+
 static void finish(struct mpiv_request *r, int err)
 {
     req_put_mr(r);
@@ -926,7 +935,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
         hd.size = size;
         int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
         if (rc == MPIV_SUCCESS) {
-            finish(r, MPIV_SUCCESS);
+            finish_unseen(r);
             return MPIV_SUCCESS;
         }
         /* not sent: whatever it carried is still ours to give */
@@ -961,7 +970,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
         int rc = proto_deliver(p, dest);
         if (rc != MPIV_SUCCESS)
             return rc;
-        finish(r, MPIV_SUCCESS);
+        finish_unseen(r);
         return MPIV_SUCCESS;
     }
     p->len = sizeof *h;

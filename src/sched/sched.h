@@ -34,6 +34,13 @@ typedef struct sched_sync {
 
 static inline void sched_sync_init(sched_sync *s) { atomic_init(&s->state, 0); }
 
+/* Signals s while nobody else can see it yet (an operation that completes
+ * before the call that started it returns): a plain store, no locked
+ * instruction, so the stores before it (a message into a ring) need not
+ * drain first. Whoever later learns of s through the caller's own
+ * publication sees it signalled. */
+static inline void sched_sync_init_signalled(sched_sync *s) { atomic_init(&s->state, 1); }
+
 /* Whether s was signalled and no wait consumed it yet (a poll: the next
  * sched_wait returns at once). Acquire: the signaller's writes before its
  * signal are visible to whoever sees true. */
