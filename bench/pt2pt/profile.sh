@@ -129,7 +129,7 @@ done
         row "$impl" "send (mpiv_send)" mpiv_send
         row "$impl" "post the receive (proto_irecv)" proto_irecv
         row "$impl" "progress: ring poll (shm_poll)" shm_poll
-        row "$impl" "progress: packet handling (proto_on_packet)" proto_on_packet
+        row "$impl" "progress: an arrival handled in place (proto_on_data)" proto_on_data
         row "$impl" "progress: all (srv_progress)" srv_progress
         row "$impl" "worker thread in all: ULTs, switches, idle polls (worker_main)" worker_main
         row "$impl" "receive in all (mpiv_recv)" mpiv_recv
