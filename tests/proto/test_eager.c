@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "common/check_main.h"
+#include "common/test_data.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 
@@ -48,25 +49,6 @@ static void trace(const char *what)
         ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
                       mpiv_error_detail());                                                  \
     } while (0)
-
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    return (unsigned char)(i * 131u + seed * 7u + 1u);
-}
-
-static void fill(unsigned char *b, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        b[i] = pattern(i, seed);
-}
-
-static void check_data(const unsigned char *b, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(i, seed))
-            ck_abort_msg("byte %zu of %zu is %u, expected %u (seed %u)", i, n, b[i],
-                         pattern(i, seed), seed);
-}
 
 /* The sizes that matter: small ones, both sides of what a packet carries
  * and of the eager limit towards the other rank. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_data.h"
 #include "mpiv.h"
 #include "server/server.h"
 
@@ -25,22 +26,6 @@ static size_t eager;            /* a size that is surely eager               */
         ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
                       mpiv_error_detail());                                                  \
     } while (0)
-
-static unsigned char pattern(size_t i, unsigned seed) { return (unsigned char)(i * 131u + seed * 7u + 1u); }
-
-static void fill(unsigned char *b, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        b[i] = pattern(i, seed);
-}
-
-static void check_data(const unsigned char *b, size_t n, unsigned seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(i, seed))
-            ck_abort_msg("byte %zu of %zu is %u, expected %u (seed %u)", i, n, b[i],
-                         pattern(i, seed), seed);
-}
 
 /* ---------------------------------------------------------------------- */
 
