@@ -50,6 +50,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -199,6 +201,25 @@ static int ofi_pick_provider(const struct util_config *cfg, char *prov, size_t n
 
 static void ofi_finalize(struct srv_backend *be);
 
+/* libfabric's shm provider names its region in /dev/shm after the pid
+ * ("<pid>:<uid>:<n>"). A rank killed with SIGKILL leaves its region behind,
+ * and when a later process gets the same pid (pid_max is 32768 on many
+ * hosts), the provider finds the stale file, sees that its owner "is
+ * alive" (it is itself) and fi_enable fails with EBUSY. A random part in
+ * the name keeps two processes from ever meeting on one. Returns 0 or a
+ * negative libfabric error. */
+static int ofi_name_shm_region(struct srv_backend *be)
+{
+    if (strcmp(be->info->fabric_attr->prov_name, "shm") != 0)
+        return 0;
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+        nonce = util_now_ns() ^ ((uint64_t)getpid() << 32);
+    char name[64];
+    snprintf(name, sizeof name, "mpiv-%d-%016" PRIx64, (int)getpid(), nonce);
+    return fi_setname(&be->ep->fid, name, strlen(name) + 1);
+}
+
 static int ofi_init(const struct util_config *cfg, int rank, int size, struct srv_backend **out)
 {
     struct srv_backend *be = calloc(1, sizeof *be);
@@ -303,6 +324,10 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     }
     if ((rc = fi_ep_bind(be->ep, &be->cq->fid, FI_TRANSMIT | FI_RECV))) {
         rc = ofi_fail("fi_ep_bind(cq)", rc);
+        goto fail;
+    }
+    if ((rc = ofi_name_shm_region(be))) {
+        rc = ofi_fail("fi_setname", rc);
         goto fail;
     }
     if ((rc = fi_enable(be->ep))) {

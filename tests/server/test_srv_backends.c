@@ -20,6 +20,7 @@
  *  - ofi: a write with a bad key and a failed write announcement complete
  *    with an error; a message whose CQ data claims another rank is dropped
  *    (the source is the transport's); max_write;
+ *  - ofi: a stale shm region named after our pid does not stop init;
  *  - the psm provider's libraries left no signal handler of theirs behind.
  *
  * Each test runs in a fork of its own (Check's default), so a backend that
@@ -28,6 +29,7 @@
 #include <check.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,7 +408,9 @@ START_TEST(test_shm_foreign_segment)
     up(&srv_shm_ops);
     size_t len = srv_shm_test_segment_size(be);
     char name[64];
-    snprintf(name, sizeof name, "/mpiv-test-%d", (int)getpid());
+    /* not the pid alone: a killed run of this test leaves the file, and
+     * pids come round again */
+    snprintf(name, sizeof name, "/mpiv-test-%d-%" PRIx64, (int)getpid(), util_now_ns());
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(fchmod(fd, 0600), 0);
@@ -556,6 +560,41 @@ START_TEST(test_ofi_max_write)
 }
 END_TEST
 
+/* A region libfabric's shm provider left behind when a process with our
+ * pid was killed: named as the provider names its regions by default
+ * ("<pid>:<uid>:<n>"), filled with our pid so that whatever field the
+ * provider reads the owner's pid from names a live process (us). Before
+ * endpoints got names of their own, fi_enable failed with EBUSY on it. */
+START_TEST(test_ofi_shm_stale_region_of_our_pid)
+{
+    const char *prov = getenv("MPIV_OFI_PROVIDER");
+    if (prov && strcmp(prov, "shm") != 0)
+        return;
+    enum { NSTALE = 8 };
+    char names[NSTALE][64];
+    int32_t fill[PAGE / sizeof(int32_t)];
+    for (size_t i = 0; i < sizeof fill / sizeof fill[0]; i++)
+        fill[i] = (int32_t)getpid();
+    for (int n = 0; n < NSTALE; n++) {
+        snprintf(names[n], sizeof names[n], "/%d:%d:%d", (int)getpid(), (int)getuid(), n);
+        int fd = shm_open(names[n], O_RDWR | O_CREAT | O_TRUNC, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, fill, sizeof fill), (ssize_t)sizeof fill);
+        close(fd);
+    }
+    int rank, size;
+    ck_assert_int_eq(util_config_load(&cfg), MPIV_SUCCESS);
+    ck_assert_int_eq(pkt_pool_create(&pool, 64, (size_t)cfg.packet_size, 1), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
+    int rc = srv_ofi_ops.init(&cfg, 0, 1, &be);
+    for (int n = 0; n < NSTALE; n++)
+        shm_unlink(names[n]);
+    ck_assert_msg(rc == MPIV_SUCCESS, "init beside a stale region: %s", mpiv_error_detail());
+    srv_ofi_ops.finalize(be);
+    be = NULL;
+}
+END_TEST
+
 /* The shared object a signal's handler lives in, or NULL for none. */
 static const char *handler_owner(int sig)
 {
@@ -608,6 +647,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(ofi, test_ofi_source_is_the_transports);
     tcase_add_test(ofi, test_ofi_max_write);
     tcase_add_test(ofi, test_no_psm_signal_handlers);
+    tcase_add_test(ofi, test_ofi_shm_stale_region_of_our_pid);
     suite_add_tcase(s, ofi);
     return s;
 }
