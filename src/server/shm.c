@@ -447,18 +447,24 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
     size_t off = (size_t)(t & (be->ring_bytes - 1));
     size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
     bool wrap = need > to_end;
-    /* Start over early when the receiver has read everything: the first
-     * record past each SHM_HOT boundary looks at head, and if the ring is
-     * empty it goes to the beginning after a SKIP. A ping-pong then
-     * cycles through the first SHM_HOT bytes, which stay in cache,
-     * instead of sweeping megabytes of ring whose lines miss each lap;
-     * a stream that keeps the ring busy still uses all of it, paying one
-     * read of head per SHM_HOT bytes. */
+    /* Start over early when the receiver keeps up: the first record past
+     * each SHM_HOT boundary looks at head, and if the receiver is less
+     * than SHM_HOT / 2 behind, the record goes to the beginning after a
+     * SKIP. A ping-pong or a window of small messages then cycles through
+     * the first SHM_HOT bytes or so, which stay in cache, instead of
+     * sweeping megabytes of ring whose lines miss each lap. The bytes the
+     * SKIP jumps over count as used until the receiver passes it, so the
+     * room left behind the receiver is what bounds the wrap: with the
+     * receiver that close to the SKIP, that room is short only briefly. A
+     * burst that outruns the receiver leaves it far behind, and then
+     * uses the whole ring as before, paying one read of head per SHM_HOT
+     * bytes. */
     if (!wrap && off >= SHM_HOT && t >= be->hot_check[peer]) {
         be->hot_check[peer] = (t | (SHM_HOT - 1)) + 1;
         /* acquire: as below */
         be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
-        wrap = be->seen_head[peer] == t && need <= off;
+        uint64_t lag = t - be->seen_head[peer];
+        wrap = lag <= SHM_HOT / 2 && lag + need <= off;
     }
     size_t span = wrap ? to_end + need : need;
     if (t + span - be->seen_head[peer] > be->ring_bytes) {

@@ -323,46 +323,108 @@ START_TEST(test_shm_ring_wrap)
 }
 END_TEST
 
-/* A ring read as fast as it is written (a ping-pong) starts over at its
- * beginning once past the hot part, so its lines stay in cache; nothing
- * is lost or reordered on the way (the SKIP that wraps it early is read
- * as any other). With the early start-over removed, the writes sweep the
- * whole ring and the offset check fails. */
+/* Sends `rounds` windows of `window` records to ourselves, polling each
+ * window back before the next one, checks every record, and returns the
+ * farthest ring offset the writes reached. */
+static size_t stream_windows(int window, uint32_t records)
+{
+    size_t ring = srv_shm_test_ring_bytes(be);
+    unsigned char hdr[32], body[200];
+    struct srv_cqe ev[8];
+    size_t far = 0;
+    for (uint32_t i = 0; i < records;) {
+        uint32_t first = i;
+        for (int w = 0; w < window && i < records; w++, i++) {
+            size_t len = (i * 53u) % sizeof body;
+            memset(hdr, 0, sizeof hdr);
+            memcpy(hdr, &i, sizeof i);
+            memset(body, (int)(i & 0xff), len);
+            ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
+            size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
+            if (off > far)
+                far = off;
+        }
+        for (uint32_t want = first; want < i;) {
+            int n = ops->poll(be, ev, 1);
+            ck_assert_int_ge(n, 0);
+            if (n == 0)
+                continue;
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+            size_t len = (want * 53u) % sizeof body;
+            ck_assert_uint_eq(ev[0].len, 32 + len);
+            uint32_t seq;
+            memcpy(&seq, ev[0].data, sizeof seq);
+            ck_assert_uint_eq(seq, want);
+            /* one check per record: Check reports every assertion's
+             * place to its parent process, a system call each */
+            size_t bad = len;
+            for (size_t k = 0; k < len && bad == len; k++)
+                if (ev[0].data[32 + k] != (want & 0xff))
+                    bad = k;
+            ck_assert_msg(bad == len, "record %u: byte %zu is wrong", want, bad);
+            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+            if (ops->release)
+                ops->release(be);
+            want++;
+        }
+    }
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    return far;
+}
+
+/* A ring read about as fast as it is written starts over at its beginning
+ * once past the hot part, so its lines stay in cache; nothing is lost or
+ * reordered on the way (the SKIP that wraps it early is read as any
+ * other). A ping-pong leaves the ring empty at each check; a window of
+ * small messages (the bandwidth pattern) leaves a few in it, which must
+ * not keep the writes sweeping the whole ring either. With the early
+ * start-over removed (or, for the window, limited to an empty ring), the
+ * writes reach far past the hot part and the offset check fails. */
 START_TEST(test_shm_pingpong_stays_hot)
 {
     up(&srv_shm_ops);
     size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes();
     ck_assert_uint_gt(ring, hot); /* else there is nothing to stay in */
-    unsigned char hdr[32], body[200];
-    struct srv_cqe ev[4];
-    size_t far = 0;
-    for (uint32_t i = 0; i < 3 * ring / 256; i++) {
-        size_t len = (i * 53u) % sizeof body;
-        memset(hdr, 0, sizeof hdr);
-        memcpy(hdr, &i, sizeof i);
-        memset(body, (int)(i & 0xff), len);
-        ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
-        size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
-        if (off > far)
-            far = off;
-        int n;
-        while ((n = ops->poll(be, ev, 4)) == 0)
-            ;
-        ck_assert_int_eq(n, 1);
-        ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
-        ck_assert_uint_eq(ev[0].len, 32 + len);
-        uint32_t seq;
-        memcpy(&seq, ev[0].data, sizeof seq);
-        ck_assert_uint_eq(seq, i);
-        for (size_t k = 0; k < len; k++)
-            ck_assert_uint_eq(ev[0].data[32 + k], i & 0xff);
-        ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
-        if (ops->release)
-            ops->release(be);
+    static const int windows[] = {1, 64};
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+        size_t far = stream_windows(windows[w], (uint32_t)(3 * ring / 256));
+        ck_assert_msg(far <= hot + 256 + 64,
+                      "a window of %d wrote up to byte %zu of a %zu-byte ring (the hot part "
+                      "is %zu bytes)", windows[w], far, ring, hot);
     }
-    ck_assert_msg(far <= hot + 256 + 64, "a ping-pong wrote up to byte %zu of a %zu-byte ring "
-                  "(the hot part is %zu bytes)", far, ring, hot);
-    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    down();
+}
+END_TEST
+
+/* A burst that outruns the reader (records written while nothing is read)
+ * still has the whole ring: the early start-over must not shrink it. */
+START_TEST(test_shm_burst_has_the_whole_ring)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be);
+    /* 232-byte records (256 with the header, four lines): a burst of 3/4
+     * of the ring fits in it whatever the early start-over does */
+    uint32_t n = (uint32_t)(3 * ring / 4 / 256);
+    ck_assert_uint_ge(n, 16);
+    for (int lap = 0; lap < 3; lap++) {
+        unsigned char hdr[32] = {0}, body[200] = {0};
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert_msg(ops->send_inline(be, 0, hdr, sizeof hdr, body, sizeof body) == SRV_DONE,
+                          "lap %d: record %u of a %u-record burst did not fit in a %zu-byte ring",
+                          lap, i, n, ring);
+        struct srv_cqe ev[8];
+        for (uint32_t got = 0; got < n;) {
+            int k = ops->poll(be, ev, 1);
+            ck_assert_int_ge(k, 0);
+            if (k == 0)
+                continue;
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+            if (ops->release)
+                ops->release(be);
+            got++;
+        }
+    }
     down();
 }
 END_TEST
@@ -636,6 +698,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_forged_sizes);
     tcase_add_test(shm, test_shm_ring_wrap);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
+    tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_write_self_unregistered);
     tcase_add_test(shm, test_shm_max_write);
     tcase_add_test(shm, test_shm_foreign_segment);
