@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config check libhwloc-dev libboost-context-dev
       libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev libssl-dev
       mpich libmpich-dev openmpi-bin libopenmpi-dev gnuplot-nox iproute2 procps
-      clang libclang-rt-dev)
+      clang libclang-rt-dev
+      munge slurmd slurmctld slurm-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
