@@ -24,7 +24,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=address -DMPIV
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j"$jobs" -LE "rxe|install|large")
+   ctest --output-on-failure -j"$jobs" -LE "rxe|install|large|slurm")
 
 stage "ThreadSanitizer build (concurrency tests)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=thread -DMPIV_BUILD_BENCH=OFF -DMPIV_BUILD_APPS=OFF >/dev/null
