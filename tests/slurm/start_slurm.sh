@@ -62,14 +62,15 @@ munged --force --key-file="$state/munge/munge.key" --socket="$state/munge/munge.
 
 # The node as slurmd sees it: its real CPUs, sockets, cores and memory
 # (slurmd -C), so that slurmd does not drain the node for a mismatch.
+# Its NodeName is the short host name, which slurmd registers under.
 node_line=$(slurmd -C 2>/dev/null | head -n 1)
-node=$(hostname -s)
 case $node_line in
-  NodeName=*) ;;
-  *) die_skip "'slurmd -C' printed no node line";;
+  NodeName=*' 'CPUs=*) ;;
+  *) die_skip "'slurmd -C' printed no node line (got '$node_line')";;
 esac
-# slurmd -C names the node after `hostname -s`; keep the rest of its line
-node_rest=${node_line#NodeName=* }
+node=${node_line%% *}
+node=${node#NodeName=}
+node_rest=${node_line#* }
 
 cat > "$state/slurm.conf" <<EOF
 # Written by tests/slurm/start_slurm.sh: a one-node cluster for tests.
