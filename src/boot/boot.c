@@ -56,6 +56,28 @@ int boot_timeout_s(void)
     return (int)v;
 }
 
+/* A task of an srun step of several tasks that found neither mpiv_run's
+ * nor PMIx's variables: srun ran without its PMIx plugin (--mpi=none, the
+ * usual MpiDefault). Going on as a singleton would run every task as its
+ * own job of one rank, each reporting success; refuse instead. A batch
+ * script's own process has no SLURM_STEP_NUM_TASKS, and one task alone is
+ * a singleton as anywhere. */
+static int slurm_without_pmix(void)
+{
+    const char *s = getenv("SLURM_STEP_NUM_TASKS");
+    if (!s || !*s)
+        return MPIV_SUCCESS;
+    char *end;
+    long n = strtol(s, &end, 10);
+    if (*end != '\0' || n <= 1)
+        return MPIV_SUCCESS;
+    return util_err(MPIV_ERR_BOOTSTRAP,
+                    "bootstrap: started by srun as one of %ld tasks, but without PMIx (no "
+                    "PMIX_RANK): run srun --mpi=pmix (or set MpiDefault=pmix, or "
+                    "SLURM_MPI_TYPE=pmix); alone, each task would be a job of one rank",
+                    n);
+}
+
 int boot_init(int *rank, int *size)
 {
     if (method)
@@ -68,6 +90,11 @@ int boot_init(int *rank, int *size)
         m = &boot_method_run;
     else if (env_set("PMIX_RANK") || env_set("PMIX_NAMESPACE"))
         m = &boot_method_pmix;
+    else {
+        int rc = slurm_without_pmix();
+        if (rc != MPIV_SUCCESS)
+            return rc;
+    }
     int rc = m->init(rank, size);
     if (rc != MPIV_SUCCESS)
         return rc;

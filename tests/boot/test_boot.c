@@ -16,6 +16,7 @@
 static const char *boot_vars[] = {
     "MPIV_BOOT_ADDR", "MPIV_JOB_SECRET", "MPIV_RANK", "MPIV_SIZE", "MPIV_LOCAL_RANK",
     "MPIV_LOCAL_SIZE", "MPIV_BOOT_TIMEOUT", "PMIX_RANK", "PMIX_NAMESPACE",
+    "SLURM_STEP_NUM_TASKS",
 };
 
 static void clean_env(void)
@@ -177,6 +178,25 @@ static void job_ok(int n)
     }
     free(r.out);
 }
+
+/* A task of a multi-task srun step without PMIx is refused, naming the
+ * fix; a one-task step, and PMIx's or mpiv_run's variables, are not. */
+START_TEST(srun_without_pmix_is_refused)
+{
+    clean_env();
+    int rank = -1, size = -1;
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_ERR_BOOTSTRAP);
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "one of 4 tasks"));
+    ck_assert_ptr_nonnull(strstr(mpiv_error_detail(), "srun --mpi=pmix"));
+    ck_assert_str_eq(boot_method_name(), "none");
+    setenv("SLURM_STEP_NUM_TASKS", "1", 1);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
+    ck_assert_int_eq(size, 1);
+    boot_finalize();
+    clean_env();
+}
+END_TEST
 
 START_TEST(mpiv_run_1_rank) { job_ok(1); }
 END_TEST
@@ -389,6 +409,7 @@ static Suite *boot_suite(void)
     Suite *s = suite_create("boot");
     TCase *unit = tcase_create("in process");
     tcase_add_test(unit, singleton_is_rank_0_of_1);
+    tcase_add_test(unit, srun_without_pmix_is_refused);
     tcase_add_test(unit, missing_variables_are_explained);
     tcase_add_test(unit, job_key_is_checked);
     tcase_add_test(unit, unreachable_exchange_times_out);

@@ -7,6 +7,9 @@
 #       PROGRAM's rank RANK kills itself (tests/slurm/rank_killed.c): srun
 #       must end the job, exit 128+9 or 128+15 and name the task in its
 #       message.
+#   srun_test.sh STATE_DIR refused SECONDS TEXT SRUN_ARGS... PROGRAM ARGS...
+#       srun --mpi=pmix SRUN_ARGS PROGRAM ARGS (SRUN_ARGS may override
+#       --mpi) must fail, and its output must hold TEXT.
 #   srun_test.sh STATE_DIR sbatch SECONDS SBATCH_ARGS... SCRIPT ARGS...
 #       sbatch --wait SBATCH_ARGS SCRIPT ARGS must finish with the job
 #       COMPLETED, and its output file must hold "result: PASSED".
@@ -68,6 +71,16 @@ killed)
   [ $rc -eq 137 ] || [ $rc -eq 143 ] ||
     fail "exit status $rc, expected 137 or 143 (128 + SIGKILL or SIGTERM)"
   ;;
+refused)
+  text=$1
+  shift
+  timeout -k 5 "$limit" srun --mpi=pmix "$@" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  [ $rc -eq 124 ] && fail "srun did not finish within $limit s"
+  [ $rc -ne 0 ] || fail "srun exited with status 0, expected a failure"
+  grep -qF -- "$text" "$out" || fail "no '$text' in the output"
+  ;;
 sbatch)
   timeout -k 5 "$limit" sbatch --wait --parsable --output="$out" "$@" >"$out.id" 2>&1
   rc=$?
@@ -80,7 +93,7 @@ sbatch)
   grep -q "result: PASSED" "$out" || fail "job $job's output has no 'result: PASSED'"
   ;;
 *)
-  echo "srun_test: unknown mode '$mode' (run, killed or sbatch)"
+  echo "srun_test: unknown mode '$mode' (run, killed, refused or sbatch)"
   exit 2
   ;;
 esac
