@@ -6,6 +6,8 @@ pkgs=(build-essential cmake pkg-config check libhwloc-dev libboost-context-dev
       libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev libssl-dev
       mpich libmpich-dev openmpi-bin libopenmpi-dev gnuplot-nox iproute2 procps
       clang libclang-rt-dev
+      # a local Slurm for tests/slurm; its PMIx plugin loads libpmix.so of
+      # libpmix-dev (above)
       munge slurmd slurmctld slurm-client)
 missing=()
 for p in "${pkgs[@]}"; do
