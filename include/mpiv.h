@@ -17,7 +17,8 @@
  *    says what exactly went wrong in the calling thread's last failed call.
  *  - Handles are opaque. Sync objects (counter, mutex, barrier) are
  *    caller-allocated structs of fixed size, so they may live on a ULT stack.
- *  - Messages are matched by (source rank, tag) only: there are no wildcards.
+ *  - Messages are matched by (source rank, tag); receives may use wildcards
+ *    (MPIV_ANY_SOURCE, MPIV_ANY_TAG: see their block for the cost).
  *    Messages with the same source and tag are received in the order sent.
  *
  * Failures and progress (what a program can rely on):
@@ -244,6 +245,117 @@ int mpiv_waitall(int n, mpiv_request_t reqs[], mpiv_status_t statuses[]);
 /* Sets *flag to 1 and completes the request as mpiv_wait would if it is done,
  * else sets *flag to 0 and leaves it pending. */
 int mpiv_test(mpiv_request_t *req, int *flag, mpiv_status_t *status);
+
+/* ------------------------------------------------------------------------ */
+/* Wildcards, probes, completion calls, synchronous send                    */
+/* ------------------------------------------------------------------------ */
+
+/* Receives (mpiv_recv, mpiv_irecv, mpiv_sendrecv) and probes accept
+ * MPIV_ANY_SOURCE for the source and MPIV_ANY_TAG for the tag; the status
+ * then tells the real ones. MPI's matching order holds: a receive takes
+ * the earliest-arrived waiting message it fits, and an arriving message
+ * goes to the earliest-posted pending receive it fits, exact or wildcard
+ * (receives or sends started at once by different threads have no order).
+ *
+ * Cost. Exact receives stay on the fast path, one matching-table lookup,
+ * whenever no wildcard receive or blocking probe is pending; they then
+ * pay one load more than without wildcard support. A wildcard receive
+ * (or blocking probe) that does not find its message at once walks the
+ * whole matching table (every bucket: tens of microseconds at the default
+ * size, more where many messages wait) under one process-wide lock, and
+ * while any is pending every arriving message, and every exact receive
+ * that has to wait, takes that lock and scans the pending wildcard
+ * receives (in proportion to their number). A wildcard receive that finds
+ * its message waiting pays the walk too (it looks for the earliest one).
+ *
+ * A failed peer: a receive or probe for that rank with MPIV_ANY_TAG fails
+ * with MPIV_ERR_PEER; one with MPIV_ANY_SOURCE stays pending (another rank
+ * may still match it; cancel it with mpiv_cancel if need be). */
+#define MPIV_ANY_SOURCE (-2)
+#define MPIV_ANY_TAG    (-1)
+/* An index or count that means "none": every request was
+ * MPIV_REQUEST_NULL (mpiv_waitany, mpiv_testany, mpiv_waitsome). */
+#define MPIV_UNDEFINED  (-32766)
+
+/* A message a matched probe took out of matching: only mpiv_mrecv or
+ * mpiv_imrecv on this handle can receive it, so that two threads probing
+ * the same source and tag never take each other's message. Every handle
+ * must be received exactly once (until then its message holds a packet or
+ * its sender's rendezvous). */
+typedef struct mpiv_message *mpiv_message_t;
+#define MPIV_MESSAGE_NULL ((mpiv_message_t)0)
+
+/* The status (source, tag, size) of the message that a receive with the
+ * same source and tag (either may be a wildcard) would take next, without
+ * receiving it: mpiv_iprobe sets *flag to 1 and fills status if there is
+ * one, else *flag = 0; mpiv_probe waits for one (as a receive waits: a ULT
+ * gives its worker up). Another thread's receive may take that message
+ * before this one receives it: use the matched probes for that. status
+ * may be NULL. MPIV_ERR_PEER once nothing can come from a failed source. */
+int mpiv_iprobe(int source, int tag, int *flag, mpiv_status_t *status);
+int mpiv_probe(int source, int tag, mpiv_status_t *status);
+
+/* Matched probes: as mpiv_iprobe / mpiv_probe, and the message is taken
+ * out of matching and handed over in *msg (MPIV_MESSAGE_NULL when
+ * mpiv_improbe finds none, with *flag = 0). Works for messages of any
+ * size (a large one is moved by mpiv_mrecv). */
+int mpiv_improbe(int source, int tag, int *flag, mpiv_message_t *msg, mpiv_status_t *status);
+int mpiv_mprobe(int source, int tag, mpiv_message_t *msg, mpiv_status_t *status);
+
+/* Receives the message *msg names into buf (size bytes; larger messages
+ * fail with MPIV_ERR_TRUNCATE as mpiv_recv does) and sets *msg to
+ * MPIV_MESSAGE_NULL. mpiv_imrecv starts it and returns a request. */
+int mpiv_mrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_status_t *status);
+int mpiv_imrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_request_t *req);
+
+/* Completion of several requests (MPI's semantics). MPIV_REQUEST_NULL
+ * entries are skipped; a completed request is freed and its entry set to
+ * MPIV_REQUEST_NULL, as mpiv_wait does. Waiting polls the requests and
+ * drives progress between polls: a plain pthread naps once quiet for a
+ * while, a ULT yields to its worker's other ULTs between polls (so a
+ * worker whose only ULT waits here keeps polling); mpiv_wait on a single
+ * request blocks without polling.
+ *  waitany:  waits until one completes; *index is its position (the lowest
+ *            among those found complete at once), or MPIV_UNDEFINED (and an
+ *            empty status) if all are MPIV_REQUEST_NULL. Returns its error.
+ *  testany:  as waitany without waiting: *flag = 1 and *index if one was
+ *            complete; *flag = 1 and *index = MPIV_UNDEFINED if all are
+ *            MPIV_REQUEST_NULL; else *flag = 0.
+ *  waitsome: waits until at least one completes, then completes every one
+ *            complete by then: *outcount of them, their positions in
+ *            indices[] and statuses in statuses[] (n entries each;
+ *            statuses may be NULL); *outcount = MPIV_UNDEFINED if all are
+ *            MPIV_REQUEST_NULL. Returns the first error met.
+ *  testall:  *flag = 1 and every request completed (as mpiv_waitall) if
+ *            all are complete, else *flag = 0 and none is touched.
+ * Bad arguments (n < 0, NULL arrays with n > 0, NULL outputs) are
+ * MPIV_ERR_ARG. */
+int mpiv_waitany(int n, mpiv_request_t reqs[], int *index, mpiv_status_t *status);
+int mpiv_testany(int n, mpiv_request_t reqs[], int *index, int *flag, mpiv_status_t *status);
+int mpiv_waitsome(int n, mpiv_request_t reqs[], int *outcount, int indices[],
+                  mpiv_status_t statuses[]);
+int mpiv_testall(int n, mpiv_request_t reqs[], int *flag, mpiv_status_t statuses[]);
+
+/* Cancels a pending receive: if no message matched it yet, it is taken
+ * back, freed, *req set to MPIV_REQUEST_NULL and *cancelled to 1; if one
+ * did, *cancelled = 0 and the request completes as usual (wait for it).
+ * (Unlike MPI, the answer is immediate and a cancelled request needs no
+ * wait.) Cancelling a send is not supported: MPIV_ERR_NOT_IMPLEMENTED,
+ * and the send goes on. MPIV_REQUEST_NULL: *cancelled = 0. */
+int mpiv_cancel(mpiv_request_t *req, int *cancelled);
+
+/* Sends sendbuf to dest and receives into recvbuf from source (a
+ * wildcard is allowed) at once, so that two ranks exchanging with each
+ * other never deadlock. status is the receive's. Returns the first error
+ * (the receive's, or the send's). */
+int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
+                  size_t recvsize, int source, int recvtag, mpiv_status_t *status);
+
+/* Synchronous send: completes only once a receive on dest matched the
+ * message (it always goes as a rendezvous: one round trip more than an
+ * eager send for a small message). Errors as mpiv_send. */
+int mpiv_ssend(const void *buf, size_t size, int dest, int tag);
+int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives (over all ranks; one caller per rank at a time)              */

@@ -114,7 +114,17 @@ _Static_assert(sizeof(struct ht_stripe) == UTIL_CACHELINE, "a stripe is one cach
 struct ht_table {
     struct ht_stripe *stripes;
     size_t smask; /* stripes - 1 */
+    /* The gate (hashtbl.h): non-zero while the ordered path is in use. In
+     * the same line as the two fields every operation reads anyway. */
+    _Atomic long gate;
 };
+
+/* Relaxed: read under a stripe's lock, and an opener changes it before it
+ * locks any stripe, so the lock orders the two (hashtbl.h, the gate). */
+static inline bool ht_gate_load(struct ht_table *t)
+{
+    return atomic_load_explicit(&t->gate, memory_order_relaxed) != 0;
+}
 
 /* A per-key FIFO of values of one kind: a ring of `cap` values starting
  * at ring[head]. It starts in its own line (inl) and moves to the heap
@@ -194,6 +204,7 @@ int ht_create(struct ht_table **t, size_t nbuckets)
     }
     memset(tb->stripes, 0, nstripes * sizeof *tb->stripes);
     tb->smask = nstripes - 1;
+    atomic_init(&tb->gate, 0);
     for (size_t i = 0; i < nstripes; i++) {
         struct ht_stripe *s = &tb->stripes[i];
         util_spin_init(&s->lock);
@@ -330,8 +341,12 @@ static void ht_shrink(struct ht_stripe *s, size_t n_seen)
 }
 
 /* ht_match_or_insert, and ht_match when !insert (v then only gives the
- * kind that looks for a match, and is never stored). */
-static inline ht_value ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool insert)
+ * kind that looks for a match, and is never stored). gated: honour the
+ * gate (hashtbl.h); pref: offered the oldest value of the other kind
+ * before it is taken (NULL: always taken). */
+static inline __attribute__((always_inline)) ht_value
+ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool insert, bool gated, ht_pref_fn pref,
+          void *arg)
 {
     uint64_t h = ht_hash(k);
     struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
@@ -347,6 +362,10 @@ static inline ht_value ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool 
 
 retry:
     util_spin_lock(&s->lock);
+    if (gated && ht_kind(v) == HT_KIND_PKT && util_unlikely(ht_gate_load(t))) {
+        ret = HT_DEFER;
+        goto done;
+    }
 search:;
     struct ht_bucket *bk = s->b;
     size_t mask = s->mask;
@@ -373,11 +392,17 @@ search:;
             int queued = (b->qmask >> j) & 1u;
             if (!queued) {
                 if (ht_kind(cur) != ht_kind(v)) { /* match the one value */
+                    if (pref && !pref(cur, arg))
+                        goto done;
                     ret = cur;
                     goto emptied;
                 }
                 if (!insert)
                     goto done;
+                if (gated && util_unlikely(ht_gate_load(t))) {
+                    ret = HT_DEFER;
+                    goto done;
+                }
                 /* A second value of the same kind: start a queue. */
                 if (!spare)
                     goto need_line;
@@ -396,6 +421,8 @@ search:;
 
             struct ht_queue *q = ht_ptr(cur);
             if (ht_kind(cur) != ht_kind(v)) { /* match the oldest (I5) */
+                if (pref && !pref(q->ring[q->head], arg))
+                    goto done;
                 ret = ht_queue_pop(q);
                 if (q->count > 0)
                     goto done;
@@ -405,6 +432,10 @@ search:;
             }
             if (!insert)
                 goto done;
+            if (gated && util_unlikely(ht_gate_load(t))) {
+                ret = HT_DEFER;
+                goto done;
+            }
             if (ht_queue_push(q, v) == 0)
                 goto done;
             /* Full ring: grow it with memory taken outside the lock. */
@@ -437,6 +468,10 @@ search:;
 
     if (!insert)
         goto done;
+    if (gated && util_unlikely(ht_gate_load(t))) {
+        ret = HT_DEFER;
+        goto done;
+    }
     /* k is not in the stripe: v waits in the first free entry of its probe
      * sequence, once the stripe has room for one more key (I7). */
     if (util_unlikely(s->used >= 2 * (mask + 1))) {
@@ -493,12 +528,64 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
     if (util_unlikely(v == HT_EMPTY))
         util_fatal("ht_match_or_insert: a NULL request is not a value");
 #endif
-    return ht_lookup(t, k, v, true);
+    return ht_lookup(t, k, v, true, true, NULL, NULL);
 }
 
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind)
 {
-    return ht_lookup(t, k, (ht_value)kind, false);
+    return ht_lookup(t, k, (ht_value)kind, false, true, NULL, NULL);
+}
+
+ht_value ht_match_pref(struct ht_table *t, ht_key k, ht_value v, ht_pref_fn pref, void *arg,
+                       bool insert)
+{
+    return ht_lookup(t, k, v, insert, false, pref, arg);
+}
+
+void ht_gate_add(struct ht_table *t, long delta)
+{
+    /* Relaxed: the opener's next step is a walk that locks every stripe,
+     * and the lock orders the gate for each (hashtbl.h). A close needs no
+     * order: a gated call that still sees it open only takes the ordered
+     * path, which is always correct. */
+    long was = atomic_fetch_add_explicit(&t->gate, delta, memory_order_relaxed);
+    if (util_unlikely(was + delta < 0))
+        util_fatal("matching table: the gate was closed more often than opened");
+}
+
+bool ht_gate_is_open(struct ht_table *t) { return ht_gate_load(t); }
+
+static bool ht_is_value(ht_value oldest, void *arg) { return oldest == (ht_value)arg; }
+
+bool ht_take_oldest(struct ht_table *t, ht_key k, ht_value v)
+{
+    /* looked for by the other kind, taken only if it is v */
+    ht_value other = ht_kind(v) == HT_KIND_PKT ? HT_KIND_REQ : HT_KIND_PKT;
+    return ht_lookup(t, k, other, false, false, ht_is_value, (void *)v) == v;
+}
+
+void ht_visit_oldest(struct ht_table *t, ht_key pattern, ht_key mask, uintptr_t kind,
+                     void (*fn)(ht_key k, ht_value v, void *arg), void *arg)
+{
+    for (size_t si = 0; si <= t->smask; si++) {
+        struct ht_stripe *s = &t->stripes[si];
+        util_spin_lock(&s->lock);
+        for (size_t i = 0; i <= s->mask; i++) {
+            struct ht_bucket *b = &s->b[i];
+            for (int j = 0; j < HT_SLOTS; j++) {
+                ht_value cur = b->e[j].val;
+                if (cur == HT_EMPTY || ht_kind(cur) != kind ||
+                    !ht_key_fits(b->e[j].key, pattern, mask))
+                    continue;
+                if ((b->qmask >> j) & 1u) {
+                    struct ht_queue *q = ht_ptr(cur);
+                    cur = q->ring[q->head];
+                }
+                fn(b->e[j].key, cur, arg);
+            }
+        }
+        util_spin_unlock(&s->lock);
+    }
 }
 
 size_t ht_count(struct ht_table *t)

@@ -26,6 +26,7 @@
 #ifndef MPIV_HASHTBL_H
 #define MPIV_HASHTBL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,12 +38,39 @@ typedef uint64_t ht_key;
 typedef uintptr_t ht_value;
 
 #define HT_EMPTY ((ht_value)0)
+/* Returned instead of queueing when the gate is open (ht_gate_add): the
+ * caller must take its ordered path. Never a pointer. */
+#define HT_DEFER ((ht_value)2)
 #define HT_KIND_REQ ((uintptr_t)0)
 #define HT_KIND_PKT ((uintptr_t)1)
 
 static inline ht_key ht_make_key(unsigned ctx, uint32_t rank, uint32_t tag)
 {
     return ((uint64_t)(ctx & 0xffu) << 56) | ((uint64_t)(rank & 0xffffffu) << 32) | tag;
+}
+
+/* The bits of each field, derived from ht_make_key itself (it masks each
+ * field), so that a change of the layout above changes them too: nothing
+ * else may hard-code a bit position. */
+static inline ht_key ht_key_ctx_bits(void) { return ht_make_key(~0u, 0, 0); }
+static inline ht_key ht_key_rank_bits(void) { return ht_make_key(0, ~0u, 0); }
+static inline ht_key ht_key_tag_bits(void) { return ht_make_key(0, 0, ~0u); }
+
+/* Wildcard patterns: a key k fits (pattern, mask) iff (k & mask) ==
+ * pattern. any_rank / any_tag leave that field out of the mask (and the
+ * pattern); the context always takes part. */
+static inline ht_key ht_wild_mask(bool any_rank, bool any_tag)
+{
+    ht_key m = ~(ht_key)0;
+    if (any_rank)
+        m &= ~ht_key_rank_bits();
+    if (any_tag)
+        m &= ~ht_key_tag_bits();
+    return m;
+}
+static inline bool ht_key_fits(ht_key k, ht_key pattern, ht_key mask)
+{
+    return (k & mask) == pattern;
 }
 
 static inline ht_value ht_val(void *p, uintptr_t kind) { return (uintptr_t)p | kind; }
@@ -75,6 +103,47 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
  * none waits, the caller inserts a copy with ht_match_or_insert, which
  * still matches a receive posted in between. */
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
+
+/* --- the gate and the ordered path (wildcards, probes) ---------------------
+ *
+ * The table knows nothing of wildcards; it offers their owner (proto's
+ * match.c) a gate and a few unordered-key primitives. While the gate's
+ * count is non-zero (some wildcard receive or probe waits), the gated
+ * calls above refuse to queue: ht_match_or_insert returns HT_DEFER instead
+ * of queueing a value of either kind, and for a value of kind HT_KIND_PKT
+ * (an arrival) it returns HT_DEFER before even matching, as does ht_match
+ * with kind HT_KIND_PKT; a request (HT_KIND_REQ) still takes a message
+ * waiting under its key. The gate is read under the stripe's lock: an
+ * operation on a stripe that locks it after an opener locked it (a walk of
+ * the table) sees the gate open; one that locked it before is seen by the
+ * walk. Closed, the gated calls cost one more load of a line that only
+ * changes when the gate does. */
+void ht_gate_add(struct ht_table *t, long delta);
+bool ht_gate_is_open(struct ht_table *t);
+
+/* Called under a stripe's lock with the oldest value of the other kind
+ * waiting under a key: true takes it. Must not use the table. */
+typedef bool (*ht_pref_fn)(ht_value oldest, void *arg);
+
+/* Ungated ht_match_or_insert for the ordered path: if values of the other
+ * kind than v's wait under k, the oldest is offered to pref (NULL: taken
+ * always); if taken it is removed and returned, if declined nothing
+ * changes and HT_EMPTY is returned. If none waits, v is queued when
+ * `insert` (else nothing changes); HT_EMPTY. With insert false, v only
+ * gives the kind (v may be (ht_value)kind, as for ht_match). */
+ht_value ht_match_pref(struct ht_table *t, ht_key k, ht_value v, ht_pref_fn pref, void *arg,
+                       bool insert);
+
+/* Calls fn(k, v, arg) under the stripe's lock for every key k with
+ * ht_key_fits(k, pattern, mask) whose waiting values are of `kind`, with v
+ * the oldest of them (the one a match would take). fn must not use the
+ * table. Walks the whole table, like ht_remove_if. */
+void ht_visit_oldest(struct ht_table *t, ht_key pattern, ht_key mask, uintptr_t kind,
+                     void (*fn)(ht_key k, ht_value v, void *arg), void *arg);
+
+/* Removes v if it is the oldest value waiting under k: true; else (it
+ * left meanwhile, or is not the oldest) nothing changes, false. */
+bool ht_take_oldest(struct ht_table *t, ht_key k, ht_value v);
 
 /* Number of values waiting in the table (both kinds). Locks each bucket in
  * turn: exact only when no one inserts concurrently (tests, finalize). */

@@ -80,7 +80,7 @@
  *   either:      its peer failed (proto_on_peer_failed) -> complete(PEER)
  *
  * Invariants:
- *  I1 A request is completed exactly once, by finish(), whose last access
+ *  I1 A request is completed exactly once, by proto_finish(), whose last access
  *     to it is the signal of its state word; its owner may free it as soon
  *     as a wait returns (or a test says it is complete).
  *  I2 A packet has exactly one owner: the network, the server, the table, or
@@ -174,7 +174,7 @@ static void finish_unseen(struct mpiv_request *r)
     sched_sync_init_signalled(&r->sync);
 }
 
-static void finish(struct mpiv_request *r, int err)
+void proto_finish(struct mpiv_request *r, int err)
 {
     req_put_mr(r);
     r->status.error = err;
@@ -451,7 +451,7 @@ static void eager_complete(struct mpiv_request *r, const struct proto_hdr *h,
     else if (size)
         memcpy(r->buf, payload, size);
     credit_owe(h->src, size, server);
-    finish(r, err);
+    proto_finish(r, err);
 }
 
 /* The receiver's side of the read path: r matched an RTS that offered a
@@ -489,14 +489,14 @@ static bool read_rts(struct mpiv_request *r, pkt_t *p, const struct proto_hdr *r
         if (!q || send_rtr(q, rts, status, 0, 0, 0) != MPIV_SUCCESS)
             util_log_error("cannot tell rank %d that its message was read", rts->src);
     }
-    finish(r, rc);
+    proto_finish(r, rc);
     return true;
 }
 
 /* Completes the match of receive r with packet p (EAGER or RTS). Called by
  * the second of the receiving thread and the server; `server` tells which,
  * for where packets come from and go back to. */
-static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
+void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     int src = h->src;
@@ -529,7 +529,7 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
     struct proto_hdr rts = *proto_hdr_of(p);
     if (size > r->size || size == 0) {
         send_rtr(p, &rts, PROTO_RTR_NONE, 0, 0, 0);
-        finish(r, size ? MPIV_ERR_TRUNCATE : MPIV_SUCCESS);
+        proto_finish(r, size ? MPIV_ERR_TRUNCATE : MPIV_SUCCESS);
         return;
     }
     /* The read path, when the sender offered it (the body, checked by
@@ -556,7 +556,7 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
     if (rc != MPIV_SUCCESS) {
         /* Refuse: the sender's send fails; so does our receive. */
         send_rtr(p, &rts, PROTO_RTR_FAILED, 0, 0, 0);
-        finish(r, rc);
+        proto_finish(r, rc);
         return;
     }
     /* From here the handle table owns r: the immediate may complete it
@@ -566,7 +566,7 @@ static void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
     struct mpiv_request *mine = proto_handle_take(hnd);
     if (!mine)
         return;
-    finish(mine, MPIV_ERR_NET);
+    proto_finish(mine, MPIV_ERR_NET);
     /* I7: the sender waits for an answer; try once more with a refusal,
      * so that its send fails instead of waiting forever. If that cannot go
      * either, the transport is broken towards it and the server declares
@@ -582,8 +582,14 @@ static void on_eager_or_rts(pkt_t *p)
 {
     struct proto_hdr *h = proto_hdr_of(p);
     ht_key k = ht_make_key(h->ctx, (uint32_t)h->src, h->tag);
+    /* its arrival stamp (match.c, M4), before a copy is made of it;
+     * relaxed: one counter, whose order is all that is used */
+    *proto_stamp_of(p) = atomic_fetch_add_explicit(&proto_arrivals, 1, memory_order_relaxed);
     pkt_t *copy = proto_copy_if_crowded(p);
-    ht_value v = ht_match_or_insert(proto.ht, k, ht_val(copy ? copy : p, HT_KIND_PKT));
+    pkt_t *q = copy ? copy : p;
+    ht_value v = ht_match_or_insert(proto.ht, k, ht_val(q, HT_KIND_PKT));
+    if (util_unlikely(v == HT_DEFER))
+        v = proto_arrive_ordered(k, q); /* a wildcard receive or probe waits */
     if (copy) {
         if (v == HT_EMPTY) {
             /* the table owns the copy until a receive takes it */
@@ -609,7 +615,7 @@ static void send_write_done(void *ctx, int err)
         send_abort(r->peer, (uint32_t)r->handle, err, NULL, true);
     }
     if (--r->pieces_out == 0)
-        finish(r, r->err);
+        proto_finish(r, r->err);
 }
 
 /* Server, at the sender: the receiver matched our RTS. */
@@ -639,20 +645,20 @@ static void on_rtr(pkt_t *p)
             err = util_err(MPIV_ERR_NET, "rank %d could not read a %zu-byte message (tag %d) "
                            "from this rank", peer, r->size, r->tag);
         pkt_put_server(proto.pool, p);
-        finish(r, err);
+        proto_finish(r, err);
         return;
     }
     if (h->status == PROTO_RTR_NONE) {
         /* truncated (the receiver reports it) or nothing to write */
         pkt_put_server(proto.pool, p);
-        finish(r, MPIV_SUCCESS);
+        proto_finish(r, MPIV_SUCCESS);
         return;
     }
     if (h->status == PROTO_RTR_FAILED) {
         pkt_put_server(proto.pool, p);
         util_err(MPIV_ERR_PEER, "rank %d could not take a %zu-byte message (tag %d)", peer,
                  r->size, r->tag);
-        finish(r, MPIV_ERR_PEER);
+        proto_finish(r, MPIV_ERR_PEER);
         return;
     }
     struct proto_rtr *body = (struct proto_rtr *)(h + 1);
@@ -713,7 +719,7 @@ void proto_on_imm(uint32_t imm, int src, size_t len, int err)
     /* Only the server thread takes receive handles after the RTR is out,
      * so the peek above still holds. */
     proto_handle_take(r->handle);
-    finish(r, err);
+    proto_finish(r, err);
 }
 
 static void on_abort(pkt_t *p)
@@ -733,7 +739,7 @@ static void on_abort(pkt_t *p)
     proto_handle_take(r->handle);
     util_log_warn("rank %d aborted a %zu-byte rendezvous (tag %d): %s", src, r->status.size,
                   r->status.tag, mpiv_strerror(err));
-    finish(r, err == MPIV_ERR_TRUNCATE ? MPIV_ERR_NET : err);
+    proto_finish(r, err == MPIV_ERR_TRUNCATE ? MPIV_ERR_NET : err);
 }
 
 /* Server: a decoded packet of the given type. */
@@ -783,10 +789,11 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
     /* A receive waits under k only while no message of k does (the table
      * holds one kind per key), so taking it keeps FIFO order. */
     ht_value v = ht_match(proto.ht, k, HT_KIND_PKT);
-    if (v != HT_EMPTY) {
+    if (v != HT_EMPTY && v != HT_DEFER) {
         eager_complete(ht_ptr(v), h, payload, true);
         return false;
     }
+    /* HT_DEFER: a wildcard receive waits, the copy below goes in order */
     size_t len = sizeof *h + (size_t)h->size;
     if (len <= pkt_data_size(proto.pool)) {
         memcpy(spare->data, h, sizeof *h);
@@ -804,7 +811,10 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
     copy->len = (uint32_t)len;
     copy->peer = src;
     copy->idx = PROTO_HEAP_IDX;
+    *proto_stamp_of(copy) = atomic_fetch_add_explicit(&proto_arrivals, 1, memory_order_relaxed);
     v = ht_match_or_insert(proto.ht, k, ht_val(copy, HT_KIND_PKT));
+    if (util_unlikely(v == HT_DEFER))
+        v = proto_arrive_ordered(k, copy);
     if (v != HT_EMPTY)
         proto_match(ht_ptr(v), copy, true); /* a receive came in between */
     return false;
@@ -842,13 +852,18 @@ static bool with_peer(struct mpiv_request *r, void *arg)
 static void fail_peer_req(struct mpiv_request *r, void *arg)
 {
     util_err(MPIV_ERR_PEER, "rank %d failed during the operation", *(int *)arg);
-    finish(r, MPIV_ERR_PEER);
+    proto_finish(r, MPIV_ERR_PEER);
 }
 
 static int recv_from(ht_key k, ht_value v, void *arg)
 {
-    return ht_kind(v) == HT_KIND_REQ && (int)((k >> 32) & 0xffffffu) == *(int *)arg;
+    return ht_kind(v) == HT_KIND_REQ &&
+           (k & ht_key_rank_bits()) == ht_make_key(0, (uint32_t)*(int *)arg, 0);
 }
+
+/* A wildcard receive or probe waiting for this source only (ANY_TAG). One
+ * with MPIV_ANY_SOURCE stays pending: another rank may still match it. */
+static bool wild_from(struct mpiv_request *r, void *arg) { return r->peer == *(int *)arg; }
 
 static void fail_posted(ht_value v, void *arg) { fail_peer_req(ht_ptr(v), arg); }
 
@@ -859,6 +874,7 @@ void proto_on_peer_failed(int rank)
     /* Receives posted for it would wait forever; messages it sent before
      * stay, and later receives may still take them. */
     ht_remove_if(proto.ht, recv_from, &rank, fail_posted);
+    proto_wild_take_if(wild_from, &rank, fail_peer_req);
 }
 
 static int is_req(ht_key k, ht_value v, void *arg)
@@ -875,6 +891,8 @@ static void nothing(ht_value v, void *arg)
 
 bool proto_cancel_recv(struct mpiv_request *r)
 {
+    if (r->wild)
+        return proto_cancel_wild(r);
     return ht_remove_if(proto.ht, is_req, r, nothing) > 0;
 }
 
@@ -887,6 +905,9 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     r->kind = (uint8_t)kind;
     r->ctx = (uint8_t)ctx;
     r->rdv_read = false;
+    r->wild = false;
+    r->listed = false;
+    r->seq = 0;
     r->buf = buf;
     r->size = size;
     r->peer = peer;
@@ -919,11 +940,13 @@ static int proto_deliver(pkt_t *p, int dest)
     return MPIV_SUCCESS;
 }
 
-int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
+/* sync: a synchronous send, always an RTS (see proto_issend). */
+static inline int isend(const void *buf, size_t size, int dest, int tag, int ctx,
+                        struct mpiv_request *r, bool sync)
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
     size_t eager_max = proto_eager_max(dest);
-    bool eager = size <= eager_max &&
+    bool eager = !sync && size <= eager_max &&
                  (dest == proto.rank || credit_take(dest, eager_cost(size)));
     if (eager && dest != proto.rank && size + sizeof(struct proto_hdr) <= srv_inline_max(dest)) {
         /* Straight into the transport, no packet (shm) when nothing is
@@ -950,7 +973,7 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
             eager = false;
         }
     }
-    if (!eager && size <= eager_max)
+    if (!eager && !sync && size <= eager_max)
         atomic_fetch_add_explicit(&n_eager_as_rts, 1, memory_order_relaxed);
     if (!eager && size) {
         int rc = srv_mr_get((void *)buf, size, &r->mr);
@@ -1001,9 +1024,37 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
     return MPIV_SUCCESS;
 }
 
+int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
+{
+    return isend(buf, size, dest, tag, ctx, r, false);
+}
+
+/* The RTS is the acknowledgement a synchronous send needs: every answer
+ * to it (FIN, RTR, or RTR NONE for an empty or truncated message, or a
+ * refusal) comes from the receiver once a receive matched it, and the
+ * send completes only on that answer (or on its peer's failure). */
+int proto_issend(const void *buf, size_t size, int dest, int tag, int ctx,
+                 struct mpiv_request *r)
+{
+    return isend(buf, size, dest, tag, ctx, r, true);
+}
+
+void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r)
+{
+    const struct proto_hdr *h = proto_hdr_of(msg);
+    req_init(r, PROTO_REQ_RECV, buf, size, h->src, (int)h->tag, h->ctx);
+    proto_match(r, msg, false);
+}
+
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_RECV, buf, size, src, tag, ctx);
+    if (util_unlikely(src == MPIV_ANY_SOURCE || tag == MPIV_ANY_TAG)) {
+        /* no key: match.c's ordered path (its buffer registers at the
+         * match, like one we meant to read into) */
+        r->wild = true;
+        return proto_post_wild(r, src, tag, ctx);
+    }
     /* A buffer that can only be filled by a rendezvous is registered here,
      * on the receiving thread, so that the server never stalls all
      * progress registering a large buffer when the RTS finds it posted. A
@@ -1016,6 +1067,8 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
         r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));
+    if (util_unlikely(v == HT_DEFER))
+        v = proto_post_ordered(k, r); /* a wildcard receive waits: numbered */
     if (v != HT_EMPTY) {
         proto_match(r, ht_ptr(v), false);
     } else if (util_unlikely(!srv_peer_alive(src) && src != proto.rank) && proto_cancel_recv(r)) {
@@ -1053,17 +1106,27 @@ void proto_p2p_fini(void)
 
 /* --- public API --------------------------------------------------------------- */
 
-static int check_args(const void *buf, size_t size, int peer, int tag, const char *fn)
+/* wild: a receive's source and tag, which may be MPIV_ANY_SOURCE and
+ * MPIV_ANY_TAG (tested only once the plain range test failed). */
+static int check_args_wild(const void *buf, size_t size, int peer, int tag, bool wild,
+                           const char *fn)
 {
     if (util_unlikely(!proto.initialized))
         return util_err(MPIV_ERR_STATE, "%s: MPIv is not initialised (call mpiv_init)", fn);
-    if (util_unlikely(peer < 0 || peer >= proto.size))
-        return util_err(MPIV_ERR_RANK, "%s: rank %d is outside [0, %d)", fn, peer, proto.size);
-    if (util_unlikely(tag < 0 || tag > MPIV_TAG_MAX))
-        return util_err(MPIV_ERR_TAG, "%s: tag %d is outside [0, MPIV_TAG_MAX]", fn, tag);
+    if (util_unlikely(peer < 0 || peer >= proto.size) && !(wild && peer == MPIV_ANY_SOURCE))
+        return util_err(MPIV_ERR_RANK, "%s: rank %d is outside [0, %d)%s", fn, peer, proto.size,
+                        wild ? " and is not MPIV_ANY_SOURCE" : "");
+    if (util_unlikely(tag < 0 || tag > MPIV_TAG_MAX) && !(wild && tag == MPIV_ANY_TAG))
+        return util_err(MPIV_ERR_TAG, "%s: tag %d is outside [0, MPIV_TAG_MAX]%s", fn, tag,
+                        wild ? " and is not MPIV_ANY_TAG" : "");
     if (util_unlikely(!buf && size))
         return util_err(MPIV_ERR_ARG, "%s: NULL buffer with size %zu", fn, size);
     return MPIV_SUCCESS;
+}
+
+static inline int check_args(const void *buf, size_t size, int peer, int tag, const char *fn)
+{
+    return check_args_wild(buf, size, peer, tag, false, fn);
 }
 
 int mpiv_send(const void *buf, size_t size, int dest, int tag)
@@ -1080,7 +1143,7 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag)
 
 int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status)
 {
-    int rc = check_args(buf, size, source, tag, __func__);
+    int rc = check_args_wild(buf, size, source, tag, true, __func__);
     if (rc)
         return rc;
     struct mpiv_request r;
@@ -1090,9 +1153,11 @@ int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status
     rc = proto_wait(&r, status);
     if (rc == MPIV_ERR_TRUNCATE)
         util_err(rc, "mpiv_recv: a %zu-byte message from rank %d (tag %d) does not fit %zu bytes",
-                 r.status.size, source, tag, size);
+                 r.status.size, r.status.source, r.status.tag, size);
     return rc;
 }
+
+enum nb_kind { NB_RECV, NB_SEND, NB_SSEND };
 
 static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
                     mpiv_request_t *req, const char *fn)
@@ -1100,14 +1165,15 @@ static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
     if (!req)
         return util_err(MPIV_ERR_ARG, "%s: req is NULL", fn);
     *req = MPIV_REQUEST_NULL;
-    int rc = check_args(buf, size, peer, tag, fn);
+    int rc = check_args_wild(buf, size, peer, tag, is_send == NB_RECV, fn);
     if (rc)
         return rc;
     struct mpiv_request *r = malloc(sizeof *r);
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    rc = is_send ? proto_isend(buf, size, peer, tag, HT_CTX_USER, r)
-                 : proto_irecv(buf, size, peer, tag, HT_CTX_USER, r);
+    rc = is_send == NB_SEND    ? proto_isend(buf, size, peer, tag, HT_CTX_USER, r)
+         : is_send == NB_SSEND ? proto_issend(buf, size, peer, tag, HT_CTX_USER, r)
+                               : proto_irecv(buf, size, peer, tag, HT_CTX_USER, r);
     if (rc) {
         free(r);
         return rc;
@@ -1118,12 +1184,12 @@ static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
 
 int mpiv_isend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req)
 {
-    return start_nb(1, (void *)buf, size, dest, tag, req, __func__);
+    return start_nb(NB_SEND, (void *)buf, size, dest, tag, req, __func__);
 }
 
 int mpiv_irecv(void *buf, size_t size, int source, int tag, mpiv_request_t *req)
 {
-    return start_nb(0, buf, size, source, tag, req, __func__);
+    return start_nb(NB_RECV, buf, size, source, tag, req, __func__);
 }
 
 static void empty_status(mpiv_status_t *s)
@@ -1183,4 +1249,315 @@ int mpiv_test(mpiv_request_t *req, int *flag, mpiv_status_t *status)
     }
     *flag = 1;
     return mpiv_wait(req, status);
+}
+
+/* --- wildcards, probes, completion calls (mpiv.h's block) -------------------- */
+
+/* A receive's or probe's source and tag, wildcards allowed. */
+static int check_match_args(int source, int tag, const char *fn)
+{
+    return check_args_wild(NULL, 0, source, tag, true, fn);
+}
+
+int mpiv_ssend(const void *buf, size_t size, int dest, int tag)
+{
+    int rc = check_args(buf, size, dest, tag, __func__);
+    if (rc)
+        return rc;
+    struct mpiv_request r;
+    rc = proto_issend(buf, size, dest, tag, HT_CTX_USER, &r);
+    if (rc)
+        return rc;
+    return proto_wait(&r, NULL);
+}
+
+int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req)
+{
+    return start_nb(NB_SSEND, (void *)buf, size, dest, tag, req, __func__);
+}
+
+int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
+                  size_t recvsize, int source, int recvtag, mpiv_status_t *status)
+{
+    int rc = check_args(sendbuf, sendsize, dest, sendtag, __func__);
+    if (rc)
+        return rc;
+    rc = check_args_wild(recvbuf, recvsize, source, recvtag, true, __func__);
+    if (rc)
+        return rc;
+    struct mpiv_request rr, rs;
+    rc = proto_irecv(recvbuf, recvsize, source, recvtag, HT_CTX_USER, &rr);
+    if (rc)
+        return rc;
+    rc = proto_isend(sendbuf, sendsize, dest, sendtag, HT_CTX_USER, &rs);
+    if (rc) {
+        /* rr lives on this stack: it must not stay posted */
+        if (!proto_cancel_recv(&rr))
+            proto_wait(&rr, NULL);
+        return rc;
+    }
+    int rc2 = proto_wait(&rr, status);
+    int rc1 = proto_wait(&rs, NULL);
+    return rc2 ? rc2 : rc1;
+}
+
+int mpiv_iprobe(int source, int tag, int *flag, mpiv_status_t *status)
+{
+    if (!flag)
+        return util_err(MPIV_ERR_ARG, "mpiv_iprobe: flag is NULL");
+    *flag = 0;
+    int rc = check_match_args(source, tag, __func__);
+    if (rc)
+        return rc;
+    mpiv_status_t st;
+    rc = proto_iprobe(source, tag, HT_CTX_USER, flag, &st);
+    if (*flag && status)
+        *status = st;
+    /* a thread probing in a loop must not starve the network (mpiv_test) */
+    if (!*flag && (!sched_in_ult() || srv_inline()))
+        srv_progress();
+    return rc;
+}
+
+int mpiv_probe(int source, int tag, mpiv_status_t *status)
+{
+    int rc = check_match_args(source, tag, __func__);
+    if (rc)
+        return rc;
+    mpiv_status_t st;
+    rc = proto_probe(source, tag, HT_CTX_USER, &st);
+    if (!rc && status)
+        *status = st;
+    return rc;
+}
+
+int mpiv_improbe(int source, int tag, int *flag, mpiv_message_t *msg, mpiv_status_t *status)
+{
+    if (!flag || !msg)
+        return util_err(MPIV_ERR_ARG, "mpiv_improbe: NULL flag or msg");
+    *flag = 0;
+    *msg = MPIV_MESSAGE_NULL;
+    int rc = check_match_args(source, tag, __func__);
+    if (rc)
+        return rc;
+    pkt_t *p = NULL;
+    mpiv_status_t st;
+    rc = proto_improbe(source, tag, HT_CTX_USER, &p, &st);
+    if (p) {
+        *flag = 1;
+        *msg = (mpiv_message_t)p;
+        if (status)
+            *status = st;
+    } else if (!sched_in_ult() || srv_inline()) {
+        srv_progress();
+    }
+    return rc;
+}
+
+int mpiv_mprobe(int source, int tag, mpiv_message_t *msg, mpiv_status_t *status)
+{
+    if (!msg)
+        return util_err(MPIV_ERR_ARG, "mpiv_mprobe: msg is NULL");
+    *msg = MPIV_MESSAGE_NULL;
+    int rc = check_match_args(source, tag, __func__);
+    if (rc)
+        return rc;
+    pkt_t *p = NULL;
+    mpiv_status_t st;
+    rc = proto_mprobe(source, tag, HT_CTX_USER, &p, &st);
+    if (rc)
+        return rc;
+    *msg = (mpiv_message_t)p;
+    if (status)
+        *status = st;
+    return MPIV_SUCCESS;
+}
+
+static int check_mrecv(void *buf, size_t size, mpiv_message_t *msg, const char *fn)
+{
+    if (!proto.initialized)
+        return util_err(MPIV_ERR_STATE, "%s: MPIv is not initialised (call mpiv_init)", fn);
+    if (!msg || *msg == MPIV_MESSAGE_NULL)
+        return util_err(MPIV_ERR_ARG, "%s: no message (NULL or MPIV_MESSAGE_NULL)", fn);
+    if (!buf && size)
+        return util_err(MPIV_ERR_ARG, "%s: NULL buffer with size %zu", fn, size);
+    return MPIV_SUCCESS;
+}
+
+int mpiv_mrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_status_t *status)
+{
+    int rc = check_mrecv(buf, size, msg, __func__);
+    if (rc)
+        return rc;
+    struct mpiv_request r;
+    proto_imrecv(buf, size, (pkt_t *)*msg, &r);
+    *msg = MPIV_MESSAGE_NULL;
+    rc = proto_wait(&r, status);
+    if (rc == MPIV_ERR_TRUNCATE)
+        util_err(rc, "mpiv_mrecv: a %zu-byte message from rank %d (tag %d) does not fit %zu bytes",
+                 r.status.size, r.status.source, r.status.tag, size);
+    return rc;
+}
+
+int mpiv_imrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_request_t *req)
+{
+    if (!req)
+        return util_err(MPIV_ERR_ARG, "mpiv_imrecv: req is NULL");
+    *req = MPIV_REQUEST_NULL;
+    int rc = check_mrecv(buf, size, msg, __func__);
+    if (rc)
+        return rc;
+    struct mpiv_request *r = malloc(sizeof *r);
+    if (!r)
+        return util_err(MPIV_ERR_NO_RESOURCES, "mpiv_imrecv: out of memory for a request");
+    proto_imrecv(buf, size, (pkt_t *)*msg, r);
+    *msg = MPIV_MESSAGE_NULL;
+    *req = r;
+    return MPIV_SUCCESS;
+}
+
+int mpiv_cancel(mpiv_request_t *req, int *cancelled)
+{
+    if (!req || !cancelled)
+        return util_err(MPIV_ERR_ARG, "mpiv_cancel: NULL req or cancelled");
+    *cancelled = 0;
+    if (*req == MPIV_REQUEST_NULL)
+        return MPIV_SUCCESS;
+    struct mpiv_request *r = *req;
+    if (r->kind != PROTO_REQ_RECV)
+        return util_err(MPIV_ERR_NOT_IMPLEMENTED,
+                        "mpiv_cancel: cancelling a send is not supported (it goes on)");
+    if (proto_test(r) || !proto_cancel_recv(r))
+        return MPIV_SUCCESS; /* matched: it completes as usual */
+    req_put_mr(r);
+    free(r);
+    *req = MPIV_REQUEST_NULL;
+    *cancelled = 1;
+    return MPIV_SUCCESS;
+}
+
+static int check_reqs(int n, mpiv_request_t reqs[], const void *out, const char *fn)
+{
+    if (n < 0 || (n > 0 && !reqs) || !out)
+        return util_err(MPIV_ERR_ARG, "%s: %d requests at %p, or a NULL output", fn, n,
+                        (void *)reqs);
+    return MPIV_SUCCESS;
+}
+
+/* Between two polls of several requests that found none complete: drive
+ * the network as mpiv_test does, and let others run (a ULT yields; a
+ * pthread naps once quiet for a while, util_idle). */
+static void poll_pause(struct util_idle *idle)
+{
+    bool ult = sched_in_ult();
+    if ((!ult || srv_inline()) && srv_progress()) {
+        util_idle_reset(idle);
+        return;
+    }
+    if (ult) {
+        sched_yield_now();
+        return;
+    }
+    if (util_idle_step(idle) == UTIL_IDLE_LONG)
+        util_idle_nap(idle);
+}
+
+/* The lowest index of a complete request, -1 if none, MPIV_UNDEFINED if
+ * every one is MPIV_REQUEST_NULL. */
+static int first_done(int n, mpiv_request_t reqs[])
+{
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPIV_REQUEST_NULL)
+            continue;
+        any = true;
+        if (proto_test(reqs[i]))
+            return i;
+    }
+    return any ? -1 : MPIV_UNDEFINED;
+}
+
+int mpiv_testany(int n, mpiv_request_t reqs[], int *index, int *flag, mpiv_status_t *status)
+{
+    int rc = check_reqs(n, reqs, index, __func__);
+    if (rc || !flag)
+        return rc ? rc : util_err(MPIV_ERR_ARG, "mpiv_testany: flag is NULL");
+    int i = first_done(n, reqs);
+    *index = i < 0 ? MPIV_UNDEFINED : i;
+    *flag = i != -1;
+    if (i == MPIV_UNDEFINED) {
+        empty_status(status);
+        return MPIV_SUCCESS;
+    }
+    if (i < 0) {
+        if (!sched_in_ult() || srv_inline())
+            srv_progress();
+        return MPIV_SUCCESS;
+    }
+    return mpiv_wait(&reqs[i], status);
+}
+
+int mpiv_waitany(int n, mpiv_request_t reqs[], int *index, mpiv_status_t *status)
+{
+    int rc = check_reqs(n, reqs, index, __func__);
+    if (rc)
+        return rc;
+    struct util_idle idle;
+    util_idle_reset(&idle);
+    int i;
+    while ((i = first_done(n, reqs)) == -1)
+        poll_pause(&idle);
+    *index = i;
+    if (i == MPIV_UNDEFINED) {
+        empty_status(status);
+        return MPIV_SUCCESS;
+    }
+    return mpiv_wait(&reqs[i], status);
+}
+
+int mpiv_waitsome(int n, mpiv_request_t reqs[], int *outcount, int indices[],
+                  mpiv_status_t statuses[])
+{
+    int rc = check_reqs(n, reqs, outcount, __func__);
+    if (rc)
+        return rc;
+    if (n > 0 && !indices)
+        return util_err(MPIV_ERR_ARG, "mpiv_waitsome: indices is NULL");
+    struct util_idle idle;
+    util_idle_reset(&idle);
+    int i;
+    while ((i = first_done(n, reqs)) == -1)
+        poll_pause(&idle);
+    if (i == MPIV_UNDEFINED) {
+        *outcount = MPIV_UNDEFINED;
+        return MPIV_SUCCESS;
+    }
+    int count = 0, first = MPIV_SUCCESS;
+    for (; i < n; i++) {
+        if (reqs[i] == MPIV_REQUEST_NULL || !proto_test(reqs[i]))
+            continue;
+        int e = mpiv_wait(&reqs[i], statuses ? &statuses[count] : NULL);
+        if (e && !first)
+            first = e;
+        indices[count++] = i;
+    }
+    *outcount = count;
+    return first;
+}
+
+int mpiv_testall(int n, mpiv_request_t reqs[], int *flag, mpiv_status_t statuses[])
+{
+    int rc = check_reqs(n, reqs, flag, __func__);
+    if (rc)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] != MPIV_REQUEST_NULL && !proto_test(reqs[i])) {
+            *flag = 0;
+            if (!sched_in_ult() || srv_inline())
+                srv_progress();
+            return MPIV_SUCCESS;
+        }
+    }
+    *flag = 1;
+    return mpiv_waitall(n, reqs, statuses);
 }

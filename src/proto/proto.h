@@ -39,7 +39,9 @@ struct proto_hdr {
     int32_t src;     /* sender's rank (checked against the transport's)       */
     uint32_t tag;
     uint32_t credit; /* eager credit (bytes) given back to the receiver of
-                        this packet, piggybacked on any type                  */
+                        this packet, piggybacked on any type; once decoded
+                        (and credited), the receiver keeps the packet's
+                        arrival stamp here (match.c, M4)                      */
     uint64_t size;   /* the message's size                                     */
     uint64_t handle; /* RTS, RTR: the send request's handle at the sender;
                         ABORT: the receive's rendezvous handle                */
@@ -160,7 +162,11 @@ void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void 
 
 /* --- requests --------------------------------------------------------------- */
 
-enum proto_req_kind { PROTO_REQ_SEND = 1, PROTO_REQ_RECV = 2 };
+enum proto_req_kind {
+    PROTO_REQ_SEND = 1,
+    PROTO_REQ_RECV = 2,
+    PROTO_REQ_PROBE = 3, /* a blocking probe waiting for an arrival (match.c) */
+};
 
 /*
  * A request's life is one word: sync.state (see sched.h). 0 while pending,
@@ -178,6 +184,9 @@ struct mpiv_request {
     uint8_t ctx;
     bool rdv_read;    /* send: its RTS offered the receiver a read (a FIN
                          may answer it)                                     */
+    bool wild;        /* receive or probe with MPIV_ANY_SOURCE/_TAG: lives
+                         in match.c's list while pending, not the table    */
+    bool listed;      /* in match.c's list (under its lock)                 */
     void *buf;        /* user buffer                                        */
     size_t size;      /* send: message size; recv: buffer capacity          */
     int peer, tag;
@@ -191,6 +200,12 @@ struct mpiv_request {
     int pieces_out;   /* send: writes posted and not completed yet         */
     int err;
     mpiv_status_t status;
+    /* Ordered matching (match.c, M3): a receive's post number, 0 when
+     * posted while no wildcard was pending (older than all of them). */
+    uint64_t seq;
+    /* wild: the keys it takes (ht_key_fits), and its place in the list */
+    ht_key wpat, wmask;
+    struct mpiv_request *wnext, *wprev;
 };
 
 struct proto_state {
@@ -228,9 +243,17 @@ static inline size_t proto_eager_max(int peer)
 }
 
 /* Point-to-point on a given context (user or collective). On failure the
- * request is not pending (nothing to wait for). */
+ * request is not pending (nothing to wait for). proto_irecv takes
+ * MPIV_ANY_SOURCE / MPIV_ANY_TAG (match.c's ordered path). proto_issend
+ * completes only once a receive matched the message (it always goes as an
+ * RTS, whatever its size). */
 int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r);
+int proto_issend(const void *buf, size_t size, int dest, int tag, int ctx,
+                 struct mpiv_request *r);
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r);
+/* Receives the message a matched probe took (proto_improbe): r completes
+ * like a receive that matched it. */
+void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r);
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status);
 /* 1 if r is complete (a later proto_wait returns at once), else 0. */
 int proto_test(struct mpiv_request *r);
@@ -238,6 +261,45 @@ int proto_test(struct mpiv_request *r);
  * message matched it first (it then completes as usual: wait for it).
  * Walks the table: for error paths only. */
 bool proto_cancel_recv(struct mpiv_request *r);
+
+/* --- the ordered path (match.c) ---------------------------------------------- */
+
+/* Arrival stamps (match.c, M4): the next one, taken by every arrival that
+ * may wait in the table; kept in the packet's header in the credit field,
+ * which is spent once the packet is decoded (proto_stamp_of). */
+extern _Atomic uint32_t proto_arrivals;
+static inline uint32_t *proto_stamp_of(pkt_t *p) { return &((struct proto_hdr *)p->data)->credit; }
+
+/* The table deferred (HT_DEFER): an arrival q under k, decided in order.
+ * Returns the receive it matched (a REQ value; a wildcard one is taken out
+ * of the list) or HT_EMPTY once q waits in the table. */
+ht_value proto_arrive_ordered(ht_key k, pkt_t *q);
+/* The table deferred an exact receive r under k: numbered and queued in
+ * order. Returns the message it matched (a PKT value) or HT_EMPTY. */
+ht_value proto_post_ordered(ht_key k, struct mpiv_request *r);
+/* Posts receive r (req_init done, r->wild) with a wildcard source or tag:
+ * matches the oldest fitting message at once, or waits in the list. */
+int proto_post_wild(struct mpiv_request *r, int src, int tag, int ctx);
+/* Takes wildcard receive r out of the list: false if a message took it. */
+bool proto_cancel_wild(struct mpiv_request *r);
+/* Takes out of the list every request for which pred holds, and calls fn
+ * on each with the lock dropped (a failed peer). */
+void proto_wild_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void *arg,
+                        void (*fn)(struct mpiv_request *r, void *arg));
+/* Probes: the status of the message a receive (src, tag, ctx) would take
+ * next; the matched forms take it out of matching (*msg, or NULL). The
+ * blocking forms wait as a receive does. */
+int proto_iprobe(int src, int tag, int ctx, int *flag, mpiv_status_t *st);
+int proto_probe(int src, int tag, int ctx, mpiv_status_t *st);
+int proto_improbe(int src, int tag, int ctx, pkt_t **msg, mpiv_status_t *st);
+int proto_mprobe(int src, int tag, int ctx, pkt_t **msg, mpiv_status_t *st);
+/* The status of a taken message (its header). */
+void proto_msg_status(pkt_t *msg, mpiv_status_t *st);
+
+/* Shared by p2p.c and match.c: complete r with err (I1), and complete the
+ * match of receive r with message p (p2p.c). */
+void proto_finish(struct mpiv_request *r, int err);
+void proto_match(struct mpiv_request *r, pkt_t *p, bool server);
 
 /* Handlers the server runs, registered by mpiv_init. */
 void proto_on_packet(pkt_t *p);

@@ -1,0 +1,259 @@
+/*
+ * The completion calls of mpiv.h (waitany, testany, waitsome, testall),
+ * cancel, sendrecv and the synchronous send, under mpiv_run with 2 and 4
+ * ranks; ranks pair up as (0,1), (2,3).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check_main.h"
+#include "mpiv.h"
+
+static int me, nranks, partner;
+
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
+                      mpiv_error_detail());                                                  \
+    } while (0)
+
+/* All MPIV_REQUEST_NULL: MPIV_UNDEFINED everywhere, as MPI says. */
+START_TEST(all_null_requests)
+{
+    mpiv_request_t r[3] = {MPIV_REQUEST_NULL, MPIV_REQUEST_NULL, MPIV_REQUEST_NULL};
+    int index = 5, flag = 0, out = 5, idx[3];
+    mpiv_status_t st;
+    OK(mpiv_waitany(3, r, &index, &st));
+    ck_assert_int_eq(index, MPIV_UNDEFINED);
+    OK(mpiv_testany(3, r, &index, &flag, &st));
+    ck_assert_int_eq(flag, 1);
+    ck_assert_int_eq(index, MPIV_UNDEFINED);
+    OK(mpiv_waitsome(3, r, &out, idx, NULL));
+    ck_assert_int_eq(out, MPIV_UNDEFINED);
+    flag = 0;
+    OK(mpiv_testall(3, r, &flag, NULL));
+    ck_assert_int_eq(flag, 1);
+    OK(mpiv_waitany(0, NULL, &index, NULL));
+    ck_assert_int_eq(index, MPIV_UNDEFINED);
+    ck_assert_int_eq(mpiv_waitany(-1, r, &index, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_waitany(2, NULL, &index, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_testany(3, r, NULL, &flag, NULL), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_waitsome(3, r, &out, NULL, NULL), MPIV_ERR_ARG);
+}
+END_TEST
+
+/* Receives of tags 0..3 from the partner; it sends them in the order the
+ * receiver asks for, one at a time, so each call sees a known set done. */
+START_TEST(any_some_all)
+{
+    if (partner < 0)
+        return;
+    int v[4] = {0};
+    if (me % 2) {
+        /* tag 2 first, then 0 and 3 together, then 1 */
+        int order[4] = {2, 0, 3, 1};
+        for (int i = 0; i < 4; i++) {
+            int x = 100 + order[i];
+            if (i == 1 || i == 3) {
+                int go;
+                OK(mpiv_recv(&go, sizeof go, partner, 50, NULL));
+            }
+            OK(mpiv_send(&x, sizeof x, partner, order[i]));
+        }
+        OK(mpiv_barrier());
+        return;
+    }
+    mpiv_request_t r[5];
+    for (int i = 0; i < 4; i++)
+        OK(mpiv_irecv(&v[i], sizeof v[i], partner, i, &r[i]));
+    r[4] = MPIV_REQUEST_NULL;
+    int flag = 1, index = -1;
+    mpiv_status_t st;
+    /* waitany: tag 2 */
+    OK(mpiv_waitany(5, r, &index, &st));
+    ck_assert_int_eq(index, 2);
+    ck_assert_int_eq(st.tag, 2);
+    ck_assert_int_eq(v[2], 102);
+    ck_assert_ptr_null(r[2]);
+    /* nothing else may complete before the go */
+    OK(mpiv_testall(5, r, &flag, NULL));
+    ck_assert_int_eq(flag, 0);
+    ck_assert_ptr_nonnull(r[0]);
+    OK(mpiv_testany(5, r, &index, &flag, &st));
+    ck_assert_int_eq(flag, 0);
+    ck_assert_int_eq(index, MPIV_UNDEFINED);
+    int go = 1;
+    OK(mpiv_send(&go, sizeof go, partner, 50));
+    /* waitsome until both 0 and 3 came */
+    int got = 0, idx[5];
+    mpiv_status_t sts[5];
+    while (got < 2) {
+        int out = 0;
+        OK(mpiv_waitsome(5, r, &out, idx, sts));
+        ck_assert_int_ge(out, 1);
+        for (int k = 0; k < out; k++) {
+            ck_assert_msg(idx[k] == 0 || idx[k] == 3, "waitsome gave index %d", idx[k]);
+            ck_assert_int_eq(sts[k].tag, idx[k]);
+            ck_assert_ptr_null(r[idx[k]]);
+        }
+        got += out;
+    }
+    ck_assert_int_eq(got, 2);
+    ck_assert_int_eq(v[0], 100);
+    ck_assert_int_eq(v[3], 103);
+    OK(mpiv_send(&go, sizeof go, partner, 50));
+    /* testall until tag 1 came: then all are done */
+    flag = 0;
+    while (!flag)
+        OK(mpiv_testall(5, r, &flag, sts));
+    ck_assert_int_eq(v[1], 101);
+    ck_assert_int_eq(sts[1].tag, 1);
+    for (int i = 0; i < 5; i++)
+        ck_assert_ptr_null(r[i]);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Cancel: a receive nobody sends to is taken back, exact or wildcard; a
+ * matched one is not; a send cannot be cancelled. */
+START_TEST(cancel)
+{
+    int x = 0;
+    mpiv_request_t r;
+    int cancelled = 0;
+    int srcs[3] = {me, MPIV_ANY_SOURCE, me};
+    int tags[3] = {777, 777, MPIV_ANY_TAG};
+    for (int i = 0; i < 3; i++) {
+        OK(mpiv_irecv(&x, sizeof x, srcs[i], tags[i], &r));
+        OK(mpiv_cancel(&r, &cancelled));
+        ck_assert_int_eq(cancelled, 1);
+        ck_assert_ptr_null(r);
+    }
+    /* the cancelled ones are gone: a message to ourselves goes to the
+     * next receive */
+    int y = 41;
+    mpiv_request_t s;
+    OK(mpiv_irecv(&x, sizeof x, me, 777, &r));
+    OK(mpiv_isend(&y, sizeof y, me, 777, &s));
+    OK(mpiv_cancel(&r, &cancelled));
+    ck_assert_int_eq(cancelled, 0);
+    OK(mpiv_wait(&r, NULL));
+    ck_assert_int_eq(x, 41);
+    OK(mpiv_wait(&s, NULL));
+    /* a send */
+    size_t n = 1 << 20;
+    char *big = calloc(1, n);
+    OK(mpiv_isend(big, n, me, 778, &s));
+    ck_assert_int_eq(mpiv_cancel(&s, &cancelled), MPIV_ERR_NOT_IMPLEMENTED);
+    ck_assert_int_eq(cancelled, 0);
+    char *in = malloc(n);
+    OK(mpiv_recv(in, n, me, 778, NULL));
+    OK(mpiv_wait(&s, NULL));
+    free(big);
+    free(in);
+    OK(mpiv_cancel(&r, &cancelled)); /* MPIV_REQUEST_NULL */
+    ck_assert_int_eq(cancelled, 0);
+}
+END_TEST
+
+/* sendrecv around a ring (every rank at once: no deadlock), with a
+ * wildcard source. */
+START_TEST(sendrecv_ring)
+{
+    int right = (me + 1) % nranks, left = (me - 1 + nranks) % nranks;
+    for (int round = 0; round < 3; round++) {
+        size_t n = round == 2 ? 200000 : 8;
+        int *out = malloc(n), *in = malloc(n);
+        out[0] = me * 10 + round;
+        mpiv_status_t st;
+        OK(mpiv_sendrecv(out, n, right, 60 + round, in, n, round ? MPIV_ANY_SOURCE : left,
+                         60 + round, &st));
+        ck_assert_int_eq(in[0], left * 10 + round);
+        ck_assert_int_eq(st.source, left);
+        ck_assert_uint_eq(st.size, n);
+        free(out);
+        free(in);
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* A synchronous send does not complete before its receive is posted, even
+ * a small one that would go eagerly. */
+START_TEST(ssend_waits_for_the_receive)
+{
+    if (partner < 0)
+        return;
+    size_t sizes[3] = {0, 8, 100000};
+    for (int i = 0; i < 3; i++) {
+        int *b = calloc(1, sizes[i] + 4);
+        if (me % 2) {
+            mpiv_request_t r;
+            b[0] = 5;
+            OK(mpiv_issend(b, sizes[i], partner, 70, &r));
+            int flag = 0;
+            for (int k = 0; k < 2000 && !flag; k++)
+                OK(mpiv_test(&r, &flag, NULL));
+            ck_assert_msg(!flag, "a synchronous send of %zu bytes completed before its "
+                          "receive was posted", sizes[i]);
+            OK(mpiv_barrier()); /* now the receiver posts */
+            OK(mpiv_wait(&r, NULL));
+            OK(mpiv_ssend(b, sizes[i], partner, 71));
+        } else {
+            OK(mpiv_barrier());
+            mpiv_status_t st;
+            OK(mpiv_recv(b, sizes[i], partner, 70, &st));
+            ck_assert_uint_eq(st.size, sizes[i]);
+            if (sizes[i])
+                ck_assert_int_eq(b[0], 5);
+            OK(mpiv_recv(b, sizes[i], MPIV_ANY_SOURCE, 71, NULL));
+        }
+        free(b);
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static int cp_init(int *argc, char ***argv)
+{
+    int rc = mpiv_init(argc, argv);
+    if (rc) {
+        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+        return 1;
+    }
+    me = mpiv_rank();
+    nranks = mpiv_size();
+    partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
+    return 0;
+}
+
+static Suite *cp_suite(void)
+{
+    Suite *s = suite_create("completion");
+    TCase *tc = tcase_create("completion");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, all_null_requests);
+    tcase_add_test(tc, any_some_all);
+    tcase_add_test(tc, cancel);
+    tcase_add_test(tc, sendrecv_ring);
+    tcase_add_test(tc, ssend_waits_for_the_receive);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+static bool cp_quiet(void) { return me != 0; }
+
+static int cp_fini(int failed)
+{
+    if (failed) {
+        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
+        return 1;
+    }
+    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
+}
+
+CHECK_MAIN(.suite = cp_suite, .fork = CK_NOFORK, .init = cp_init, .quiet = cp_quiet,
+           .fini = cp_fini);
