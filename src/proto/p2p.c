@@ -941,8 +941,8 @@ static int proto_deliver(pkt_t *p, int dest)
 }
 
 /* sync: a synchronous send, always an RTS (see proto_issend). */
-static inline int isend(const void *buf, size_t size, int dest, int tag, int ctx,
-                        struct mpiv_request *r, bool sync)
+static inline __attribute__((always_inline)) int
+isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r, bool sync)
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
     size_t eager_max = proto_eager_max(dest);

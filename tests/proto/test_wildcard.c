@@ -328,7 +328,7 @@ START_TEST(wildcard_order_matches_model)
 {
     if (partner < 0)
         return;
-    int rounds = 30;
+    int rounds = 60;
     for (int round = 0; round < rounds; round++) {
         unsigned seed = base_seed + (unsigned)round * 7919u;
         if (me % 2)
