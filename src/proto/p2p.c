@@ -905,8 +905,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     r->kind = (uint8_t)kind;
     r->ctx = (uint8_t)ctx;
     r->rdv_read = false;
-    r->wild = false;
-    r->listed = false;
+    r->wild = false; /* listed is only read when wild */
     r->seq = 0;
     r->buf = buf;
     r->size = size;
@@ -1049,10 +1048,13 @@ void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r)
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r)
 {
     req_init(r, PROTO_REQ_RECV, buf, size, src, tag, ctx);
-    if (util_unlikely(src == MPIV_ANY_SOURCE || tag == MPIV_ANY_TAG)) {
+    /* Ranks and tags were checked: only a wildcard is negative. */
+    _Static_assert(MPIV_ANY_SOURCE < 0 && MPIV_ANY_TAG < 0, "wildcards are negative");
+    if (util_unlikely((src | tag) < 0)) {
         /* no key: match.c's ordered path (its buffer registers at the
          * match, like one we meant to read into) */
         r->wild = true;
+        r->listed = false;
         return proto_post_wild(r, src, tag, ctx);
     }
     /* A buffer that can only be filled by a rendezvous is registered here,
