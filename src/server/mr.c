@@ -37,6 +37,26 @@
  *  - Registration and deregistration are system calls: they run outside the
  *    cache's spinlock. Two threads missing on one buffer at once may both
  *    register; the loser deregisters its copy and takes the winner's.
+ *
+ * A mixed job (server.c: shm within the host, ibv or ofi between hosts)
+ * has two backends, and the protocol asks for a registration without
+ * saying which peer it is for (a receive's CTS, a send's RTS offer), so:
+ *  M1 An entry is registered with every backend of the job before it is
+ *     handed out, and deregistered from every one when it goes; if one
+ *     registration fails, those made are undone and the get fails.
+ *  M2 The srv_mr handed out is the last backend's (the network's): its
+ *     rkey and desc are what a network peer and the local network
+ *     backend need, and shm ignores both (its peers name plain virtual
+ *     addresses, its writes need no descriptor). So its raddr must be the
+ *     virtual address of base, which shm uses as is: srv_init checks that
+ *     the network backend registers so (check_mix) before it mixes.
+ *  M3 Unreferenced entries are kept only when no backend pins (shm says
+ *     it does, so a mixed job keeps none: a range may be freed by the user
+ *     as soon as it is unreferenced, and shm must stop accepting CHUNKs
+ *     into it).
+ * The cost of M1 is a network registration for a rendezvous with a peer
+ * of the same host (cheap with tcp, a page pinning with verbs), paid only
+ * in a mixed job.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +66,11 @@
 
 #define SRV_MR_BUCKETS 1024
 #define SRV_MR_LRU_MAX 64
+#define SRV_MR_NETS 2 /* backends in one job at most (server.c) */
 
 struct mr_ent {
     srv_mr mr; /* first: a srv_mr * handed out is the entry */
-    void *handle;
+    void *handle[SRV_MR_NETS]; /* one per backend (M1)      */
     uintptr_t start, end;
     long refs;
     struct mr_ent *hnext;              /* hash chain           */
@@ -57,8 +78,9 @@ struct mr_ent {
 };
 
 static struct {
-    struct srv_backend *be;
-    const struct srv_backend_ops *ops;
+    int nnets;
+    struct srv_backend *be[SRV_MR_NETS];
+    const struct srv_backend_ops *ops[SRV_MR_NETS];
     bool keep_unreferenced;
     util_spinlock lock;
     struct mr_ent *buckets[SRV_MR_BUCKETS];
@@ -123,11 +145,42 @@ static void take(struct mr_ent *e)
         lru_unlink(e);
 }
 
-int srv_mr_cache_init(struct srv_backend *be, const struct srv_backend_ops *ops)
+/* Registers [buf, buf+len) with every backend (M1), filling e's handles
+ * and its srv_mr (M2). */
+static int reg_all(struct mr_ent *e, void *buf, size_t len)
 {
-    mr_cache.be = be;
-    mr_cache.ops = ops;
-    mr_cache.keep_unreferenced = !ops->mr_pins(be);
+    for (int k = 0; k < mr_cache.nnets; k++) {
+        srv_mr tmp;
+        srv_mr *out = k == mr_cache.nnets - 1 ? &e->mr : &tmp;
+        int rc = mr_cache.ops[k]->mr_reg(mr_cache.be[k], buf, len, out, &e->handle[k]);
+        if (rc) {
+            while (k-- > 0)
+                mr_cache.ops[k]->mr_dereg(mr_cache.be[k], e->handle[k]);
+            return rc;
+        }
+    }
+    return MPIV_SUCCESS;
+}
+
+static void dereg_all(struct mr_ent *e)
+{
+    for (int k = 0; k < mr_cache.nnets; k++)
+        mr_cache.ops[k]->mr_dereg(mr_cache.be[k], e->handle[k]);
+}
+
+int srv_mr_cache_init(int n, struct srv_backend *const *be,
+                      const struct srv_backend_ops *const *ops)
+{
+    if (n < 1 || n > SRV_MR_NETS)
+        return util_err(MPIV_ERR_ARG, "server: %d backends for the registration cache", n);
+    mr_cache.nnets = n;
+    mr_cache.keep_unreferenced = true;
+    for (int k = 0; k < n; k++) {
+        mr_cache.be[k] = be[k];
+        mr_cache.ops[k] = ops[k];
+        if (ops[k]->mr_pins(be[k]))
+            mr_cache.keep_unreferenced = false; /* M3 */
+    }
     memset(mr_cache.buckets, 0, sizeof mr_cache.buckets);
     mr_cache.lru_head = mr_cache.lru_tail = NULL;
     mr_cache.lru_len = 0;
@@ -145,7 +198,7 @@ void srv_mr_cache_fini(void)
                 util_log_warn("server: registration of %p (%zu bytes) still referenced at "
                               "finalize",
                               (void *)e->start, (size_t)(e->end - e->start));
-            mr_cache.ops->mr_dereg(mr_cache.be, e->handle);
+            dereg_all(e);
             mr_cache.st.deregs++;
             free(e);
             e = next;
@@ -155,7 +208,7 @@ void srv_mr_cache_fini(void)
     mr_cache.lru_head = mr_cache.lru_tail = NULL;
     mr_cache.lru_len = 0;
     mr_cache.st.live = 0;
-    mr_cache.be = NULL;
+    mr_cache.nnets = 0;
 }
 
 void srv_mr_cache_stats(struct srv_mr_stats *st)
@@ -167,7 +220,7 @@ void srv_mr_cache_stats(struct srv_mr_stats *st)
 
 int srv_mr_get(void *buf, size_t len, srv_mr **mr)
 {
-    if (!mr_cache.be)
+    if (mr_cache.nnets == 0)
         return util_err(MPIV_ERR_STATE, "server: registration before srv_init");
     if (!buf || !mr)
         return util_err(MPIV_ERR_ARG, "srv_mr_get: NULL buffer or result");
@@ -189,7 +242,7 @@ int srv_mr_get(void *buf, size_t len, srv_mr **mr)
     struct mr_ent *n = calloc(1, sizeof *n);
     if (!n)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for a registration");
-    int rc = mr_cache.ops->mr_reg(mr_cache.be, buf, len, &n->mr, &n->handle);
+    int rc = reg_all(n, buf, len);
     if (rc) {
         free(n);
         return rc;
@@ -206,7 +259,7 @@ int srv_mr_get(void *buf, size_t len, srv_mr **mr)
         mr_cache.st.hits++;
         mr_cache.st.deregs++;
         util_spin_unlock(&mr_cache.lock);
-        mr_cache.ops->mr_dereg(mr_cache.be, n->handle);
+        dereg_all(n);
         free(n);
         *mr = &e->mr;
         return MPIV_SUCCESS;
@@ -245,7 +298,7 @@ void srv_mr_put(srv_mr *mr)
     }
     util_spin_unlock(&mr_cache.lock);
     if (victim) {
-        mr_cache.ops->mr_dereg(mr_cache.be, victim->handle);
+        dereg_all(victim);
         free(victim);
     }
 }

@@ -73,6 +73,9 @@ enum { OFI_POSTED_SEND = 1, OFI_POSTED_RECV = 2 };
 /* One RDMA write at most (the core splits longer ones); a power of two
  * keeps the pieces aligned. */
 #define OFI_MAX_WRITE ((size_t)1 << 30)
+/* Bits of a key_base key that hold the region's base (user addresses of
+ * x86-64 and aarch64 fit in 48). */
+#define OFI_KEY_BASE_BITS 48
 
 struct srv_backend {
     int rank, size;
@@ -84,6 +87,9 @@ struct srv_backend {
     struct fid_cq *cq;
     struct fid_ep *ep;
     uint64_t mr_mode;
+    /* Keys that carry their region's base (a mixed job on a provider
+     * that addresses by offset and lets us pick keys, see ofi_reg). */
+    bool key_base;
     size_t inject_size;
     bool ctx2; /* provider wants struct fi_context2 */
     /* the packet region */
@@ -277,6 +283,13 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
         goto fail;
     }
     be->mr_mode = fi->domain_attr->mr_mode;
+    /* A mixed job hands shm peers and ofi peers one registration (mr.c,
+     * M2), whose raddr is a virtual address. A provider that addresses by
+     * offset (tcp;ofi_rxm) and lets us pick keys gets keys that carry
+     * their region's base (ofi_reg), from which a writer finds the offset
+     * (ofi_target). Otherwise offsets stay, and the core does not mix. */
+    be->key_base = srv_mixed_job() && !(be->mr_mode & (FI_MR_VIRT_ADDR | FI_MR_PROV_KEY)) &&
+                   fi->domain_attr->mr_key_size >= 8;
     be->inject_size = fi->tx_attr->inject_size;
     be->ctx2 = (fi->mode & FI_CONTEXT2) != 0;
     be->source = (fi->caps & FI_SOURCE) != 0;
@@ -343,12 +356,35 @@ fail:
 
 /* --- memory registration ---------------------------------------------------- */
 
+/* What the provider wants as the target address of a write at the peer's
+ * raddr in its region with key rkey: raddr itself, except with key_base
+ * keys (every rank of a job has them or none: same provider, same mix),
+ * where raddr is a virtual address and the provider wants its offset from
+ * the region's base, which the key carries. An raddr below the base makes
+ * an offset past any region: the provider refuses it. */
+static uint64_t ofi_target(const struct srv_backend *be, uint64_t raddr, uint64_t rkey)
+{
+    if (!be->key_base)
+        return raddr;
+    return raddr - (rkey & ((UINT64_C(1) << OFI_KEY_BASE_BITS) - 1));
+}
+
 static int ofi_reg(struct srv_backend *be, void *buf, size_t len, uint64_t access,
                    struct fid_mr **mrp)
 {
     uint64_t key = 0;
     if (!(be->mr_mode & FI_MR_PROV_KEY))
         key = atomic_fetch_add_explicit(&be->next_key, 1, memory_order_relaxed);
+    if (be->key_base) {
+        /* base in the low OFI_KEY_BASE_BITS, a generation above it: keys
+         * of live regions differ (two live regions with one base would
+         * need 2^16 registrations between them), and a key comes back
+         * only after 2^16 registrations at the same address */
+        if ((uintptr_t)buf >> OFI_KEY_BASE_BITS)
+            return util_err(MPIV_ERR_NET, "ofi: address %p above 2^%d: cannot carry it in a key",
+                            buf, OFI_KEY_BASE_BITS);
+        key = (key << OFI_KEY_BASE_BITS) | (uint64_t)(uintptr_t)buf;
+    }
     int rc = fi_mr_reg(be->domain, buf, len, access, 0, key, 0, mrp, NULL);
     if (rc)
         return util_err(MPIV_ERR_NET, "libfabric fi_mr_reg(%p, %zu bytes): %s", buf, len,
@@ -393,7 +429,7 @@ static int ofi_mr_reg(struct srv_backend *be, void *buf, size_t len, srv_mr *mr,
         return rc;
     mr->rkey = fi_mr_key(m);
     mr->base = (uintptr_t)buf;
-    mr->raddr = (be->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
+    mr->raddr = (be->mr_mode & FI_MR_VIRT_ADDR) || be->key_base ? (uint64_t)(uintptr_t)buf : 0;
     mr->desc = fi_mr_desc(m);
     *handle = m;
     return MPIV_SUCCESS;
@@ -435,6 +471,8 @@ static int ofi_probe_write_len(struct srv_backend *be)
         goto out;
     struct fi_context2 ctx;
     uint64_t raddr = (be->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)dst : 0;
+    /* key_base keys: ofi_reg put dst in the key, the offset is 0 */
+
     ssize_t n;
     uint64_t deadline = util_now_ns() + 5000000000ull;
     while ((n = fi_writedata(be->ep, src, 24, fi_mr_desc(ms), (uint64_t)be->rank << 32,
@@ -462,6 +500,7 @@ static int ofi_probe_write_len(struct srv_backend *be)
     }
     if (n != 0 || !local || !remote)
         util_log_info("ofi: the write-length probe did not complete; writes are notified");
+
     be->notify = !(n == 0 && local && remote && len == 24);
     util_log_info("ofi: RDMA writes are announced by %s",
                   be->notify ? "a message after delivery" : "remote CQ data");
@@ -552,7 +591,8 @@ static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
     if (be->notify) {
         struct iovec iov = {.iov_base = (void *)op->buf, .iov_len = op->len};
         void *desc = op->desc;
-        struct fi_rma_iov rma = {.addr = op->raddr, .len = op->len, .key = op->rkey};
+        struct fi_rma_iov rma = {.addr = ofi_target(be, op->raddr, op->rkey), .len = op->len,
+                                 .key = op->rkey};
         struct fi_msg_rma msg = {.msg_iov = &iov, .desc = &desc, .iov_count = op->len ? 1 : 0,
                                  .addr = (fi_addr_t)op->peer, .rma_iov = &rma,
                                  .rma_iov_count = 1, .context = op->be};
@@ -568,7 +608,7 @@ static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
     }
     uint64_t data = ((uint64_t)(uint32_t)be->rank << 32) | op->imm;
     ssize_t rc = fi_writedata(be->ep, op->buf, op->len, op->desc, data, (fi_addr_t)op->peer,
-                              op->raddr, op->rkey, op->be);
+                              ofi_target(be, op->raddr, op->rkey), op->rkey, op->be);
     if (rc == 0)
         return MPIV_SUCCESS;
     if (rc == -FI_EAGAIN)

@@ -28,6 +28,7 @@
  *    barrier, when no user thread waits any more.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -42,6 +43,21 @@
 #include "util/spinlock.h"
 
 #define SRV_BATCH 16
+/* Backends in one job: shm for the ranks of our host and one network
+ * backend for the others (MPIV_NET=auto across hosts), or a single one. */
+#define SRV_MAX_NETS 2
+
+/* One backend of the job and what the core keeps for it. */
+struct srv_net {
+    const struct srv_backend_ops *ops;
+    struct srv_backend *be;
+    int posted_recvs; /* receives posted to it (under progress_lock)     */
+    /* What it carried, counted where it arrived: messages and their
+     * bytes, RDMA writes that landed here (immediates) and theirs, under
+     * progress_lock; reads this rank made through it (any thread). */
+    uint64_t msgs, bytes, writes, write_bytes;
+    atomic_ulong reads, read_bytes;
+};
 
 /* Items of the send queue are packets (64-byte aligned) or RDMA ops
  * (malloc'ed, 16-byte aligned), told apart by the low bit; a packet links
@@ -53,8 +69,16 @@ static struct srv_state {
     struct util_config cfg;
     struct pkt_pool *pool;
     int rank, size;
-    const struct srv_backend_ops *ops;
-    struct srv_backend *be;
+    /* The job's backends, and per peer the one that carries everything
+     * between us and it: every packet, write and read to or from peer
+     * goes through peer_net[peer], chosen once in srv_init and fixed
+     * until teardown, so the data path reads it without a lock. A peer's
+     * messages therefore arrive in the order they were posted whatever
+     * the other backend does (same (source, tag), same order: DESIGN). */
+    struct srv_net nets[SRV_MAX_NETS];
+    int nnets;
+    struct srv_net **peer_net;
+    uint64_t *peer_msgs; /* messages that arrived from each rank (progress lock) */
     srv_pkt_handler pkt_handler;
     srv_data_handler data_handler;
     srv_imm_handler imm_handler;
@@ -62,8 +86,7 @@ static struct srv_state {
     size_t max_write;
 
     util_spinlock progress_lock;
-    int posted_recvs;   /* receives posted (under progress_lock)     */
-    int recv_depth;
+    int recv_depth;     /* receives kept posted per backend          */
     /* Receive reserve (under progress_lock): packets kept aside while the
      * pool has plenty, used only when it is dry. Senders that fill every
      * packet into queued sends would otherwise leave no packet to receive
@@ -101,7 +124,10 @@ static struct srv_state {
     atomic_bool thread_started;
     atomic_int stop;
     bool inited;
-    bool one_host_known, one_host; /* srv_all_on_one_host's answer, per srv_init */
+    /* srv_host_map's answer for host_size ranks (NULL: not asked since
+     * srv_init or teardown) */
+    int *host;
+    int host_size;
 
     uint64_t spin_ns, max_sleep_ns;
     struct srv_stats stats; /* under progress_lock, except sleeps: */
@@ -128,17 +154,21 @@ int srv_default_core(int ncores, int local_ranks, int local_rank)
     return local_rank * share + share - 1;
 }
 
-int srv_all_on_one_host(bool *one_host)
+int srv_host_map(int size, const int **host)
 {
-    /* Asked by pick_backend and again by the backend's init: the answer is
-     * kept for this srv_init, so the job pays for one allgather (every rank
-     * takes the same path, so the collective calls still pair up). */
-    if (srv_g.one_host_known) {
-        *one_host = srv_g.one_host;
+    /* Asked by pick_backend and again by the backends' init: the answer
+     * is kept for this srv_init, so the job pays for one allgather (every
+     * rank takes the same path, so the collective calls still pair up). */
+    if (srv_g.host && srv_g.host_size == size) {
+        *host = srv_g.host;
         return MPIV_SUCCESS;
     }
-    /* the host name, and the kernel's boot id: two machines (containers,
-     * a careless cluster) can share a name, never a boot id */
+    free(srv_g.host);
+    srv_g.host = NULL;
+    /* A host is its name and its kernel's boot id: two machines
+     * (containers, a careless cluster) can share a name, never a boot id;
+     * and two UTS namespaces of one kernel with different names are two
+     * hosts as far as anything here can tell (tests/multihost). */
     char mine[128] = {0};
     gethostname(mine, 63);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
@@ -147,21 +177,52 @@ int srv_all_on_one_host(bool *one_host)
             mine[64] = '\0';
         fclose(f);
     }
-    int size = srv_g.size > 0 ? srv_g.size : 1;
+    if (size < 1)
+        size = 1;
     char *all = malloc(sizeof mine * (size_t)size);
-    if (!all)
+    int *h = malloc(sizeof *h * (size_t)size);
+    if (!all || !h) {
+        free(all);
+        free(h);
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
+    }
     int rc = boot_allgather(mine, sizeof mine, all);
     if (rc == MPIV_SUCCESS) {
-        *one_host = true;
-        for (int r = 1; r < size; r++)
-            if (memcmp(all, all + sizeof mine * (size_t)r, sizeof mine) != 0)
-                *one_host = false;
-        srv_g.one_host = *one_host;
-        srv_g.one_host_known = true;
+        /* quadratic in the worst case, once per job: each rank names the
+         * lowest rank with its identity */
+        for (int r = 0; r < size; r++) {
+            h[r] = r;
+            for (int q = 0; q < r; q++)
+                if (h[q] == q &&
+                    memcmp(all + sizeof mine * (size_t)q, all + sizeof mine * (size_t)r,
+                           sizeof mine) == 0) {
+                    h[r] = q;
+                    break;
+                }
+        }
+        srv_g.host = h;
+        srv_g.host_size = size;
+        *host = h;
+    } else {
+        free(h);
     }
     free(all);
     return rc;
+}
+
+bool srv_mixed_job(void) { return srv_g.nnets == 2; }
+
+int srv_all_on_one_host(bool *one_host)
+{
+    int size = srv_g.size > 0 ? srv_g.size : 1;
+    const int *host = NULL;
+    int rc = srv_host_map(size, &host);
+    if (rc)
+        return rc;
+    *one_host = true;
+    for (int r = 0; r < size; r++)
+        *one_host = *one_host && host[r] == 0;
+    return MPIV_SUCCESS;
 }
 
 void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns)
@@ -178,7 +239,51 @@ void srv_get_stats(struct srv_stats *st)
     st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
 }
 
-const char *srv_backend_name(void) { return srv_g.ops ? srv_g.ops->name : "none"; }
+const char *srv_backend_name(void)
+{
+    if (srv_g.nnets == 0)
+        return "none";
+    if (srv_g.nnets == 1)
+        return srv_g.nets[0].ops->name;
+    return srv_g.nets[1].ops == &srv_ibv_ops ? "shm+ibv" : "shm+ofi";
+}
+
+int srv_get_net_stats(struct srv_net_stats *st, int max)
+{
+    util_spin_lock(&srv_g.progress_lock);
+    int n = 0;
+    for (; n < srv_g.nnets && n < max; n++) {
+        struct srv_net *net = &srv_g.nets[n];
+        st[n] = (struct srv_net_stats){
+            .name = net->ops->name,
+            .msgs = net->msgs,
+            .bytes = net->bytes,
+            .writes = net->writes,
+            .write_bytes = net->write_bytes,
+            .reads = atomic_load_explicit(&net->reads, memory_order_relaxed),
+            .read_bytes = atomic_load_explicit(&net->read_bytes, memory_order_relaxed),
+        };
+    }
+    util_spin_unlock(&srv_g.progress_lock);
+    return n;
+}
+
+const char *srv_peer_backend(int peer)
+{
+    if (!srv_g.peer_net || peer < 0 || peer >= srv_g.size)
+        return "none";
+    return srv_g.peer_net[peer]->ops->name;
+}
+
+uint64_t srv_peer_arrivals(int peer)
+{
+    if (!srv_g.peer_msgs || peer < 0 || peer >= srv_g.size)
+        return 0;
+    util_spin_lock(&srv_g.progress_lock);
+    uint64_t n = srv_g.peer_msgs[peer];
+    util_spin_unlock(&srv_g.progress_lock);
+    return n;
+}
 
 /* --- the send queue ------------------------------------------------------ */
 
@@ -210,10 +315,14 @@ static void q_push(uintptr_t item)
  * nothing back itself, so the caller may still read the item's link. */
 static int post_raw(uintptr_t item)
 {
-    if (item & QTAG_OP)
-        return srv_g.ops->rdma_write_imm(srv_g.be, (struct srv_rdma_op *)(item & ~QTAG_OP));
+    if (item & QTAG_OP) {
+        struct srv_rdma_op *op = (struct srv_rdma_op *)(item & ~QTAG_OP);
+        struct srv_net *n = srv_g.peer_net[op->peer];
+        return n->ops->rdma_write_imm(n->be, op);
+    }
     pkt_t *p = (pkt_t *)item;
-    return srv_g.ops->post_send(srv_g.be, p, p->peer);
+    struct srv_net *n = srv_g.peer_net[p->peer];
+    return n->ops->post_send(n->be, p, p->peer);
 }
 
 /* After post_raw: a packet that left with the call goes back to the pool. */
@@ -367,10 +476,11 @@ int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload,
         return rc;
     /* relaxed: both are hints; a send that sees the queue empty while
      * another thread queues is unordered with it anyway (as in submit) */
-    if (!srv_g.ops->send_inline || atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) ||
+    struct srv_net *n = srv_g.peer_net[peer];
+    if (!n->ops->send_inline || atomic_load_explicit(&srv_g.q_len, memory_order_relaxed) ||
         util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
         return SRV_INLINE_LATER;
-    rc = srv_g.ops->send_inline(srv_g.be, peer, hdr, hlen, payload, len);
+    rc = n->ops->send_inline(n->be, peer, hdr, hlen, payload, len);
     if (rc == SRV_DONE)
         return MPIV_SUCCESS;
     return rc == SRV_AGAIN ? SRV_INLINE_LATER : rc;
@@ -378,9 +488,10 @@ int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload,
 
 size_t srv_inline_max(int peer)
 {
-    if (!srv_g.inited || !srv_g.ops->inline_max)
+    if (!srv_g.inited || peer < 0 || peer >= srv_g.size)
         return 0;
-    return srv_g.ops->inline_max(srv_g.be, peer);
+    struct srv_net *n = srv_g.peer_net[peer];
+    return n->ops->inline_max ? n->ops->inline_max(n->be, peer) : 0;
 }
 
 void srv_set_data_handler(srv_data_handler fn) { srv_g.data_handler = fn; }
@@ -409,7 +520,8 @@ bool srv_can_read(int peer)
         return false;
     if (peer == srv_g.rank)
         return true;
-    return srv_g.ops->can_read && srv_g.ops->can_read(srv_g.be, peer);
+    struct srv_net *n = srv_g.peer_net[peer];
+    return n->ops->can_read && n->ops->can_read(n->be, peer);
 }
 
 int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey)
@@ -435,16 +547,23 @@ int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey
             memcpy(buf, (const void *)(uintptr_t)raddr, len);
         return MPIV_SUCCESS;
     }
-    if (!srv_g.ops->rdma_read)
+    struct srv_net *n = srv_g.peer_net[peer];
+    if (!n->ops->rdma_read)
         return SRV_NO_READ;
-    return srv_g.ops->rdma_read(srv_g.be, buf, len, peer, raddr, rkey);
+    rc = n->ops->rdma_read(n->be, buf, len, peer, raddr, rkey);
+    if (rc == MPIV_SUCCESS) {
+        /* relaxed: counters, read at finalize */
+        atomic_fetch_add_explicit(&n->reads, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&n->read_bytes, len, memory_order_relaxed);
+    }
+    return rc;
 }
 
 /* --- progress ----------------------------------------------------------- */
 
-static void refill_recvs(void)
+static void refill_recvs(struct srv_net *n)
 {
-    while (srv_g.posted_recvs < srv_g.recv_depth) {
+    while (n->posted_recvs < srv_g.recv_depth) {
         pkt_t *p = pkt_get_server(srv_g.pool);
         if (p && srv_g.stash_len < srv_g.stash_target) {
             /* plenty: top the reserve up by one on the way */
@@ -461,19 +580,19 @@ static void refill_recvs(void)
             srv_g.stash_len--;
         }
         if (!p) {
-            if (!srv_g.warned_no_pkt && srv_g.posted_recvs == 0)
+            if (!srv_g.warned_no_pkt && n->posted_recvs == 0)
                 util_log_warn("server: packet pool empty, no receive posted");
             srv_g.warned_no_pkt = true;
             return;
         }
-        int rc = srv_g.ops->post_recv(srv_g.be, p);
+        int rc = n->ops->post_recv(n->be, p);
         if (rc != MPIV_SUCCESS) {
             pkt_put_server(srv_g.pool, p);
             if (rc != SRV_AGAIN)
                 util_log_error("server: posting a receive failed: %s", mpiv_error_detail());
             return;
         }
-        srv_g.posted_recvs++;
+        n->posted_recvs++;
     }
     srv_g.warned_no_pkt = false;
 }
@@ -490,22 +609,33 @@ static void mark_dead(int peer)
         srv_g.peer_handler(peer);
 }
 
-static void dispatch(struct srv_cqe *e)
+/* Counts an arrival from src through n (progress lock held). */
+static void count_arrival(struct srv_net *n, int src, size_t len)
+{
+    srv_g.stats.recvs++;
+    n->msgs++;
+    n->bytes += len;
+    if (src >= 0 && src < srv_g.size)
+        srv_g.peer_msgs[src]++;
+}
+
+/* A completion that backend n reported (its receive packets are n's). */
+static void dispatch(struct srv_net *n, struct srv_cqe *e)
 {
     switch (e->kind) {
     case SRV_CQE_RECV: {
         pkt_t *p = e->p;
         if (e->data && !e->err && srv_g.data_handler) {
-            srv_g.stats.recvs++;
+            count_arrival(n, e->src, e->len);
             if (srv_g.data_handler(e->data, e->len, e->src, p)) {
-                srv_g.posted_recvs--;
-            } else if (srv_g.ops->post_recv(srv_g.be, p) != MPIV_SUCCESS) {
-                srv_g.posted_recvs--; /* lent back unused: posted again */
+                n->posted_recvs--;
+            } else if (n->ops->post_recv(n->be, p) != MPIV_SUCCESS) {
+                n->posted_recvs--; /* lent back unused: posted again */
                 pkt_put_server(srv_g.pool, p);
             }
             break;
         }
-        srv_g.posted_recvs--;
+        n->posted_recvs--;
         if (e->data && !e->err && e->len > pkt_data_size(srv_g.pool)) {
             util_log_error("server: a %zu-byte message from rank %d does not fit a packet and "
                            "no handler takes it in place: dropped", e->len, e->src);
@@ -524,7 +654,7 @@ static void dispatch(struct srv_cqe *e)
         }
         p->len = (uint32_t)e->len;
         p->peer = e->src;
-        srv_g.stats.recvs++;
+        count_arrival(n, e->src, e->len);
         if (srv_g.pkt_handler)
             srv_g.pkt_handler(p);
         else
@@ -551,10 +681,14 @@ static void dispatch(struct srv_cqe *e)
     }
     case SRV_CQE_IMM:
         if (e->p) {
-            srv_g.posted_recvs--;
+            n->posted_recvs--;
             pkt_put_server(srv_g.pool, e->p);
         }
         srv_g.stats.imms++;
+        if (!e->err) {
+            n->writes++;
+            n->write_bytes += e->len;
+        }
         /* An error first fails the one receive the immediate names (if it
          * is readable), then everything else pending with that peer. */
         if (srv_g.imm_handler)
@@ -565,27 +699,38 @@ static void dispatch(struct srv_cqe *e)
     }
 }
 
-static int fault_on_poll(struct srv_cqe *ev, int *n);
+static void fault_on_poll(struct srv_net *net, struct srv_cqe *ev, int *n);
+static int fault_due(void);
 
-/* One round; the caller holds progress_lock. Returns how much it did. */
+/* One round; the caller holds progress_lock. Returns how much it did.
+ * Every backend is polled each round, a batch at most from each, so a
+ * busy one does not starve the other. */
 static int progress_round(void)
 {
     int did = q_drain();
-    struct srv_cqe ev[SRV_BATCH];
-    int n = srv_g.ops->poll(srv_g.be, ev, SRV_BATCH);
-    if (n < 0) {
-        util_log_error("server: polling the network failed: %s", mpiv_error_detail());
-        n = 0;
+    bool faults = atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed) != NULL;
+    for (int k = 0; k < srv_g.nnets; k++) {
+        struct srv_net *net = &srv_g.nets[k];
+        struct srv_cqe ev[SRV_BATCH];
+        int n = net->ops->poll(net->be, ev, SRV_BATCH);
+        if (n < 0) {
+            util_log_error("server: polling %s failed: %s", net->ops->name,
+                           mpiv_error_detail());
+            n = 0;
+        }
+        if (util_unlikely(faults))
+            fault_on_poll(net, ev, &n);
+        for (int i = 0; i < n; i++)
+            dispatch(net, &ev[i]);
+        if (net->ops->release)
+            net->ops->release(net->be);
+        if (net->posted_recvs < srv_g.recv_depth)
+            refill_recvs(net);
+        did += n;
     }
-    if (util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
-        did += fault_on_poll(ev, &n);
-    for (int i = 0; i < n; i++)
-        dispatch(&ev[i]);
-    if (srv_g.ops->release)
-        srv_g.ops->release(srv_g.be);
-    if (srv_g.posted_recvs < srv_g.recv_depth)
-        refill_recvs();
-    return did + n;
+    if (util_unlikely(faults))
+        did += fault_due();
+    return did;
 }
 
 bool srv_inline(void) { return srv_g.inline_mode; }
@@ -678,31 +823,10 @@ static void *server_loop(void *arg)
 
 /* --- life cycle --------------------------------------------------------- */
 
-static int pick_backend(void)
+/* Every rank has a verbs device: then ibv, else ofi (collective, so that
+ * all pick the same). */
+static int pick_network(const struct srv_backend_ops **ops)
 {
-    if (srv_g.cfg.net == UTIL_NET_OFI) {
-        srv_g.ops = &srv_ofi_ops;
-        return MPIV_SUCCESS;
-    }
-    if (srv_g.cfg.net == UTIL_NET_IBV) {
-        srv_g.ops = &srv_ibv_ops;
-        return MPIV_SUCCESS;
-    }
-    if (srv_g.cfg.net == UTIL_NET_SHM) {
-        srv_g.ops = &srv_shm_ops;
-        return MPIV_SUCCESS;
-    }
-    /* auto: MPIv's own shared-memory rings when every rank is on this host
-     * (faster than any network's loopback, docs/PERFORMANCE.md); else ibv
-     * only if every rank has a device, so all pick the same; else ofi. */
-    bool one_host = false;
-    int hrc = srv_all_on_one_host(&one_host);
-    if (hrc)
-        return hrc;
-    if (one_host) {
-        srv_g.ops = &srv_shm_ops;
-        return MPIV_SUCCESS;
-    }
     unsigned char mine = srv_ibv_available() ? 1 : 0;
     unsigned char *all = malloc((size_t)srv_g.size);
     if (!all)
@@ -712,10 +836,183 @@ static int pick_backend(void)
         bool every = true;
         for (int r = 0; r < srv_g.size; r++)
             every = every && all[r];
-        srv_g.ops = every ? &srv_ibv_ops : &srv_ofi_ops;
+        *ops = every ? &srv_ibv_ops : &srv_ofi_ops;
     }
     free(all);
     return rc;
+}
+
+/* Chooses the backends (nets[], nnets) and each peer's (peer_net). Every
+ * rank reaches the same choice from the same gathered facts, so the
+ * backends' collective set-up pairs up across the job. */
+static int pick_backends(void)
+{
+    const struct srv_backend_ops *only = NULL, *net = NULL;
+    const int *host = NULL;
+    if (srv_g.cfg.net == UTIL_NET_OFI)
+        only = &srv_ofi_ops;
+    else if (srv_g.cfg.net == UTIL_NET_IBV)
+        only = &srv_ibv_ops;
+    else if (srv_g.cfg.net == UTIL_NET_SHM)
+        only = &srv_shm_ops;
+    else {
+        /* auto: MPIv's own shared-memory rings between the ranks of one
+         * host (faster than any network's loopback, docs/PERFORMANCE.md),
+         * the network between hosts: ibv only if every rank has a device,
+         * else ofi. One host: shm alone; one rank per host: the network
+         * alone (shm would carry nothing but our sends to ourselves). */
+        int rc = srv_host_map(srv_g.size, &host);
+        if (rc)
+            return rc;
+        bool one_host = true, shared = false;
+        for (int r = 0; r < srv_g.size; r++) {
+            one_host = one_host && host[r] == 0;
+            shared = shared || host[r] != r;
+        }
+        if (one_host) {
+            only = &srv_shm_ops;
+        } else {
+            if ((rc = pick_network(&net)))
+                return rc;
+            if (!shared)
+                only = net;
+        }
+    }
+    srv_g.peer_net = calloc((size_t)srv_g.size, sizeof *srv_g.peer_net);
+    srv_g.peer_msgs = calloc((size_t)srv_g.size, sizeof *srv_g.peer_msgs);
+    if (!srv_g.peer_net || !srv_g.peer_msgs)
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
+    memset(srv_g.nets, 0, sizeof srv_g.nets);
+    if (only) {
+        srv_g.nnets = 1;
+        srv_g.nets[0].ops = only;
+        for (int r = 0; r < srv_g.size; r++)
+            srv_g.peer_net[r] = &srv_g.nets[0];
+        return MPIV_SUCCESS;
+    }
+    srv_g.nnets = 2;
+    srv_g.nets[0].ops = &srv_shm_ops;
+    srv_g.nets[1].ops = net;
+    for (int r = 0; r < srv_g.size; r++)
+        srv_g.peer_net[r] = &srv_g.nets[host[r] == host[srv_g.rank] ? 0 : 1];
+    return MPIV_SUCCESS;
+}
+
+/* A mixed job hands out one srv_mr for both backends (mr.c, M2): its
+ * raddr must be the virtual address of its base, which shm peers use
+ * as is. The network backend's registrations must say so (ibv's always
+ * do; ofi's when the provider grants FI_MR_VIRT_ADDR). If one rank's do
+ * not, every rank drops shm and the network carries everything, as
+ * with MPIV_NET=ofi (collective: all decide alike). */
+static int check_mix(void)
+{
+    _Alignas(64) static unsigned char probe[64];
+    struct srv_net *net = &srv_g.nets[1];
+    srv_mr mr;
+    void *h = NULL;
+    unsigned char ok = 0;
+    if (net->ops->mr_reg(net->be, probe, sizeof probe, &mr, &h) == MPIV_SUCCESS) {
+        ok = mr.raddr == (uint64_t)(uintptr_t)probe && mr.base == (uintptr_t)probe;
+        net->ops->mr_dereg(net->be, h);
+    }
+    unsigned char *all = malloc((size_t)srv_g.size);
+    if (!all)
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
+    int rc = boot_allgather(&ok, 1, all);
+    bool every = true;
+    for (int r = 0; rc == MPIV_SUCCESS && r < srv_g.size; r++)
+        every = every && all[r];
+    free(all);
+    if (rc || every)
+        return rc;
+    util_log_warn("server: %s names remote memory by offsets on some rank, so one "
+                  "registration cannot serve it and shm together: %s carries every peer, "
+                  "those of this host included",
+                  net->ops->name, net->ops->name);
+    srv_g.nets[0].ops->finalize(srv_g.nets[0].be);
+    srv_g.nets[0] = *net; /* no counter has moved yet */
+    memset(net, 0, sizeof *net);
+    srv_g.nnets = 1;
+    for (int r = 0; r < srv_g.size; r++)
+        srv_g.peer_net[r] = &srv_g.nets[0];
+    return MPIV_SUCCESS;
+}
+
+/* Says at MPIV_LOG=info which backend serves which ranks. */
+static void log_routes(void)
+{
+    if (srv_g.nnets < 2 || util_log_level < UTIL_LOG_INFO)
+        return;
+    for (int k = 0; k < srv_g.nnets; k++) {
+        char line[512];
+        size_t off = 0;
+        int shown = 0, total = 0;
+        for (int r = 0; r < srv_g.size; r++) {
+            if (srv_g.peer_net[r] != &srv_g.nets[k])
+                continue;
+            total++;
+            if (shown < 32 && off < sizeof line) {
+                int w = snprintf(line + off, sizeof line - off, " %d", r);
+                if (w > 0)
+                    off += (size_t)w;
+                shown++;
+            }
+        }
+        if (off >= sizeof line)
+            off = sizeof line - 1;
+        line[off] = '\0';
+        util_log_info("server: %s carries %d rank(s):%s%s", srv_g.nets[k].ops->name, total,
+                      line, total > shown ? " ..." : "");
+    }
+}
+
+/* Says at MPIV_LOG=info what each backend carried into this rank, and
+ * from whom, so that a test can tell which path carried what. */
+static void log_traffic(void)
+{
+    if (util_log_level < UTIL_LOG_INFO)
+        return;
+    struct srv_net_stats st[SRV_MAX_NETS];
+    int n = srv_get_net_stats(st, SRV_MAX_NETS);
+    for (int k = 0; k < n; k++)
+        util_log_info("server: traffic via %s: %" PRIu64 " messages %" PRIu64 " bytes, %" PRIu64
+                      " writes %" PRIu64 " bytes, %" PRIu64 " reads %" PRIu64 " bytes",
+                      st[k].name, st[k].msgs, st[k].bytes, st[k].writes, st[k].write_bytes,
+                      st[k].reads, st[k].read_bytes);
+    char line[1024];
+    size_t off = 0;
+    int shown = 0;
+    for (int r = 0; r < srv_g.size && off < sizeof line; r++) {
+        if (shown == 64) {
+            off += (size_t)snprintf(line + off, sizeof line - off, " ...");
+            break;
+        }
+        int w = snprintf(line + off, sizeof line - off, " %d:%s:%" PRIu64, r,
+                         srv_g.peer_net[r]->ops->name, srv_g.peer_msgs[r]);
+        if (w > 0)
+            off += (size_t)w;
+        shown++;
+    }
+    if (off >= sizeof line)
+        off = sizeof line - 1;
+    line[off] = '\0';
+    util_log_info("server: messages from rank:backend:count%s", line);
+}
+
+/* Closes the backends opened so far and forgets the routes. */
+static void close_nets(void)
+{
+    for (int k = 0; k < srv_g.nnets; k++)
+        if (srv_g.nets[k].be)
+            srv_g.nets[k].ops->finalize(srv_g.nets[k].be);
+    memset(srv_g.nets, 0, sizeof srv_g.nets);
+    srv_g.nnets = 0;
+    free(srv_g.peer_net);
+    srv_g.peer_net = NULL;
+    free(srv_g.peer_msgs);
+    srv_g.peer_msgs = NULL;
+    free(srv_g.host);
+    srv_g.host = NULL;
 }
 
 int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, int *size)
@@ -723,7 +1020,8 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if (srv_g.inited)
         return util_err(MPIV_ERR_STATE, "server: already initialised");
     srv_g.cfg = *cfg;
-    srv_g.one_host_known = false;
+    free(srv_g.host);
+    srv_g.host = NULL;
     srv_g.pool = pool;
     srv_g.recv_depth = (int)cfg->recv_depth;
     int rc = boot_init(&srv_g.rank, &srv_g.size);
@@ -732,36 +1030,55 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if ((rc = boot_check_shared(cfg)))
         goto fail_boot;
     util_log_set_rank(srv_g.rank);
-    if ((rc = pick_backend()))
-        goto fail_boot;
+    if ((rc = pick_backends()))
+        goto fail_nets;
     srv_g.peer_dead = calloc((size_t)srv_g.size, sizeof *srv_g.peer_dead);
     if (!srv_g.peer_dead) {
         rc = util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
-        goto fail_boot;
+        goto fail_nets;
     }
-    if ((rc = srv_g.ops->init(cfg, srv_g.rank, srv_g.size, &srv_g.be)))
+    /* Each step for every backend before the next step: the steps are
+     * collective, and every rank runs the same backends in this order. */
+    for (int k = 0; k < srv_g.nnets; k++)
+        if ((rc = srv_g.nets[k].ops->init(cfg, srv_g.rank, srv_g.size, &srv_g.nets[k].be)))
+            goto fail_mem;
+    for (int k = 0; k < srv_g.nnets; k++)
+        if ((rc = srv_g.nets[k].ops->reg_pool(srv_g.nets[k].be, pool)))
+            goto fail_mem;
+    for (int k = 0; k < srv_g.nnets; k++)
+        if ((rc = srv_g.nets[k].ops->exchange(srv_g.nets[k].be)))
+            goto fail_mem;
+    if (srv_g.nnets == 2 && (rc = check_mix()))
         goto fail_mem;
-    if ((rc = srv_g.ops->reg_pool(srv_g.be, pool)) || (rc = srv_g.ops->exchange(srv_g.be)) ||
-        (rc = srv_mr_cache_init(srv_g.be, srv_g.ops)))
-        goto fail_be;
-    srv_g.max_write = srv_g.ops->max_write(srv_g.be);
+    struct srv_backend *bes[SRV_MAX_NETS];
+    const struct srv_backend_ops *opss[SRV_MAX_NETS];
+    srv_g.max_write = SIZE_MAX;
+    for (int k = 0; k < srv_g.nnets; k++) {
+        bes[k] = srv_g.nets[k].be;
+        opss[k] = srv_g.nets[k].ops;
+        size_t m = opss[k]->max_write(bes[k]);
+        if (m < srv_g.max_write)
+            srv_g.max_write = m;
+    }
+    if ((rc = srv_mr_cache_init(srv_g.nnets, bes, opss)))
+        goto fail_mem;
     util_log_info("server: rank %d of %d, backend %s, bootstrap %s", srv_g.rank, srv_g.size,
-                  srv_g.ops->name, boot_method_name());
+                  srv_backend_name(), boot_method_name());
+    log_routes();
     memset(&srv_g.stats, 0, sizeof srv_g.stats);
     atomic_store(&srv_g.stop, 0);
     srv_g.inited = true;
     *rank = srv_g.rank;
     *size = srv_g.size;
     return MPIV_SUCCESS;
-fail_be:
-    srv_g.ops->finalize(srv_g.be);
-    srv_g.be = NULL;
 fail_mem:
     free(srv_g.peer_dead);
     srv_g.peer_dead = NULL;
+fail_nets:
+    close_nets();
 fail_boot:
     boot_finalize();
-    srv_g.ops = NULL;
+    srv_g.size = 0;
     return rc;
 }
 
@@ -780,9 +1097,13 @@ int srv_start(void)
     if (!srv_g.inited || atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed))
         return util_err(MPIV_ERR_STATE, "server: srv_start before srv_init or twice");
     util_spin_lock(&srv_g.progress_lock);
-    refill_recvs();
+    bool none = false;
+    for (int k = 0; k < srv_g.nnets; k++) {
+        refill_recvs(&srv_g.nets[k]);
+        none = none || srv_g.nets[k].posted_recvs == 0;
+    }
     util_spin_unlock(&srv_g.progress_lock);
-    if (srv_g.posted_recvs == 0)
+    if (none)
         return util_err(MPIV_ERR_NO_RESOURCES,
                         "server: could not post any receive packet (pool of %zu packets)",
                         pkt_count(srv_g.pool));
@@ -825,14 +1146,12 @@ static void srv_teardown(bool graceful)
     }
     srv_g.stash_len = 0;
     srv_mr_cache_fini();
-    srv_g.ops->finalize(srv_g.be);
-    srv_g.be = NULL;
+    close_nets();
     /* Packets still in the queue (only after a failure) belong to the
      * pool, which the caller destroys next. */
     srv_g.q_head = srv_g.q_tail = 0;
     atomic_store(&srv_g.q_len, 0);
     atomic_store(&srv_g.outstanding, 0);
-    srv_g.posted_recvs = 0;
     free(srv_g.peer_dead);
     srv_g.peer_dead = NULL;
     if (graceful)
@@ -840,7 +1159,7 @@ static void srv_teardown(bool graceful)
     else
         boot_abandon();
     srv_g.inited = false;
-    srv_g.ops = NULL;
+    srv_g.size = 0; /* srv_all_on_one_host asks a later job's */
     srv_g.pkt_handler = NULL;
     srv_g.imm_handler = NULL;
     srv_g.peer_handler = NULL;
@@ -881,6 +1200,7 @@ int srv_finalize(void)
     int brc = boot_barrier();
     if (brc && !rc)
         rc = brc;
+    log_traffic();
     srv_teardown(true);
     return rc;
 }
@@ -900,6 +1220,7 @@ struct srv_delayed {
     pkt_t *p;       /* a packet to send to `peer`, or NULL: cqe instead   */
     int peer;
     bool local;     /* a write failed locally: its peer stays alive     */
+    struct srv_net *net; /* the backend that reported cqe               */
     struct srv_cqe cqe;
 };
 
@@ -924,7 +1245,8 @@ static enum srv_fault_action fault_ask(enum srv_fault_point point, int peer,
     return fn(&ev, atomic_load_explicit(&srv_g.fault_arg, memory_order_relaxed));
 }
 
-static void fault_hold(pkt_t *p, int peer, const struct srv_cqe *cqe, int rounds)
+static void fault_hold(pkt_t *p, int peer, struct srv_net *net, const struct srv_cqe *cqe,
+                       int rounds)
 {
     struct srv_delayed *d = calloc(1, sizeof *d);
     if (!d)
@@ -932,6 +1254,7 @@ static void fault_hold(pkt_t *p, int peer, const struct srv_cqe *cqe, int rounds
     d->rounds = rounds;
     d->p = p;
     d->peer = peer;
+    d->net = net;
     if (cqe)
         d->cqe = *cqe;
     util_spin_lock(&srv_g.fault_lock);
@@ -974,7 +1297,7 @@ static int fault_on_send(pkt_t *p, int peer)
         return MPIV_SUCCESS;
     }
     case SRV_FAULT_DELAY:
-        fault_hold(p, peer, NULL, FAULT_DELAY_ROUNDS);
+        fault_hold(p, peer, NULL, NULL, FAULT_DELAY_ROUNDS);
         return SRV_DONE;
     case SRV_FAULT_PASS:
     case SRV_FAULT_REFUSE: /* means something for reads only */
@@ -990,7 +1313,7 @@ static int fault_on_write(struct srv_rdma_op *op)
         /* as a backend reports a failed write: its completion, with err */
         atomic_fetch_add_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
         struct srv_cqe e = {.kind = SRV_CQE_WRITE, .err = MPIV_ERR_NET, .src = op->peer, .op = op};
-        fault_hold(NULL, op->peer, &e, 1);
+        fault_hold(NULL, op->peer, srv_g.peer_net[op->peer], &e, 1);
         util_spin_lock(&srv_g.fault_lock);
         for (struct srv_delayed *d = srv_g.delayed; d; d = d->next)
             if (d->cqe.op == op)
@@ -1014,10 +1337,9 @@ static int fault_on_write(struct srv_rdma_op *op)
     return rc;
 }
 
-/* Progress lock held: applies the hook to the arrived completions ev[0..*n)
- * (removing what it drops or holds back), then dispatches what it held back
- * whose time has come. Returns how many of those it dispatched. */
-static int fault_on_poll(struct srv_cqe *ev, int *n)
+/* Progress lock held: applies the hook to the completions ev[0..*n) that
+ * backend net reported (removing what it drops or holds back). */
+static void fault_on_poll(struct srv_net *net, struct srv_cqe *ev, int *n)
 {
     int out = 0;
     for (int i = 0; i < *n; i++) {
@@ -1040,12 +1362,12 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
         switch (a) {
         case SRV_FAULT_DROP:
             if (e->p) {
-                srv_g.posted_recvs--;
+                net->posted_recvs--;
                 pkt_put_server(srv_g.pool, e->p);
             }
             continue;
         case SRV_FAULT_DELAY:
-            fault_hold(NULL, e->src, e, FAULT_DELAY_ROUNDS);
+            fault_hold(NULL, e->src, net, e, FAULT_DELAY_ROUNDS);
             continue;
         case SRV_FAULT_FAIL:
             e->err = MPIV_ERR_NET;
@@ -1058,9 +1380,9 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
                 if (!twin.p)
                     break;
                 twin.p->peer = e->src;
-                srv_g.posted_recvs++; /* dispatch counts it as a posted one */
+                net->posted_recvs++; /* dispatch counts it as a posted one */
             }
-            fault_hold(NULL, e->src, &twin, 0);
+            fault_hold(NULL, e->src, net, &twin, 0);
             break;
         }
         case SRV_FAULT_PASS:
@@ -1070,7 +1392,12 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
         ev[out++] = *e;
     }
     *n = out;
+}
 
+/* Progress lock held: dispatches what the hook held back whose time has
+ * come; returns how many. */
+static int fault_due(void)
+{
     /* Take out what is due, then act on it outside fault_lock. */
     struct srv_delayed *due = NULL, **dtail = &due;
     util_spin_lock(&srv_g.fault_lock);
@@ -1101,7 +1428,7 @@ static int fault_on_poll(struct srv_cqe *ev, int *n)
                 op->done(op->ctx, d->cqe.err);
             free(op);
         } else {
-            dispatch(&d->cqe);
+            dispatch(d->net, &d->cqe);
         }
         free(d);
         did++;

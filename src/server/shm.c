@@ -9,8 +9,10 @@
  * own, so a send and a poll touch only that ring's two counters.
  *
  * Layout: every rank r creates one segment (shm_open, unlinked as soon as
- * every rank has mapped it, so a crash leaves nothing in /dev/shm) holding
- * N rings, ring s carrying what rank s sends to r. A ring is `ring_bytes`
+ * every rank of its host has mapped it, so a crash leaves nothing in
+ * /dev/shm) holding one ring per rank of its host (all N ranks in a
+ * one-host job; in a mixed job, see server.c, only those of the host),
+ * ring lidx[s] carrying what rank s sends to r. A ring is `ring_bytes`
  * (a power of two) of variable-length records and two counters on cache
  * lines of their own: tail (bytes written, by the sender) and head (bytes
  * consumed, by the receiver). A record is a 24-byte header (kind, length,
@@ -158,6 +160,13 @@ struct shm_done {
 
 struct srv_backend {
     int rank, size;
+    /* The ranks of our host (ourselves included), in rank order: the only
+     * ones this backend serves. All of the job in a one-host job; in a
+     * mixed job (MPIV_NET=auto across hosts) the others go through the
+     * network backend and have no ring, no mapping and lidx -1. */
+    int nlocal;
+    int *locals; /* [nlocal]: global ranks                                */
+    int *lidx;   /* [size]: index in locals, or -1 (another host)         */
     size_t pkt_data;   /* payload bytes of a packet                         */
     uint64_t ring_bytes; /* record space per ring, a power of two           */
     size_t rec_max;    /* payload bytes of the largest record (a quarter
@@ -206,7 +215,7 @@ struct srv_backend {
 
 static struct shm_ring *ring_of(struct srv_backend *be, unsigned char *seg, int sender)
 {
-    return (struct shm_ring *)(seg + 64 + (size_t)sender * be->ring_size);
+    return (struct shm_ring *)(seg + 64 + (size_t)be->lidx[sender] * be->ring_size);
 }
 
 /* The record space a payload of len bytes takes (a multiple of 64). */
@@ -216,20 +225,39 @@ static void shm_finalize(struct srv_backend *be);
 
 static int shm_init(const struct util_config *cfg, int rank, int size, struct srv_backend **out)
 {
-    bool one_host = false;
-    int rc = srv_all_on_one_host(&one_host);
+    const int *host = NULL;
+    int rc = srv_host_map(size, &host);
     if (rc)
         return rc;
-    if (!one_host)
-        return util_err(MPIV_ERR_NET, "MPIV_NET=shm needs every rank on one host; use ofi or "
+    int nlocal = 0;
+    for (int r = 0; r < size; r++)
+        nlocal += host[r] == host[rank];
+    /* Forced (MPIV_NET=shm), it carries everything, so every rank must be
+     * here; under auto the core gives it only the ranks of our host. */
+    if (nlocal != size && cfg->net == UTIL_NET_SHM)
+        return util_err(MPIV_ERR_NET, "MPIV_NET=shm needs every rank on one host; use auto "
+                                      "(shm on each host, the network between hosts), ofi or "
                                       "ibv across hosts");
     struct srv_backend *be = calloc(1, sizeof *be);
     if (!be)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     be->rank = rank;
     be->size = size;
+    be->nlocal = nlocal;
+    be->locals = calloc((size_t)nlocal, sizeof *be->locals);
+    be->lidx = calloc((size_t)size, sizeof *be->lidx);
+    if (!be->locals || !be->lidx) {
+        shm_finalize(be);
+        return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
+    }
+    for (int r = 0, k = 0; r < size; r++) {
+        be->lidx[r] = host[r] == host[rank] ? k : -1;
+        if (be->lidx[r] >= 0)
+            be->locals[k++] = r;
+    }
     be->ring_bytes = SHM_RING_MAX;
-    while (be->ring_bytes > SHM_RING_MIN && be->ring_bytes * (uint64_t)size > SHM_BYTES_PER_RANK)
+    while (be->ring_bytes > SHM_RING_MIN &&
+           be->ring_bytes * (uint64_t)nlocal > SHM_BYTES_PER_RANK)
         be->ring_bytes /= 2;
     if (cfg->shm_ring) /* MPIV_SHM_RING: a power of two (config.c) */
         be->ring_bytes = (uint64_t)cfg->shm_ring;
@@ -276,13 +304,13 @@ static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
                         "MPIV_SHM_EAGER_LIMIT=%zu: with %d ranks a ring holds %zu bytes "
                         "(MPIV_SHM_RING), and one message may take at most a quarter of it: "
                         "%zu bytes of payload",
-                        be->shm_eager, be->size, (size_t)be->ring_bytes,
+                        be->shm_eager, be->nlocal, (size_t)be->ring_bytes,
                         be->rec_max - UTIL_PACKET_HEADER_BYTES);
     be->inline_max = want < be->rec_max ? want : be->rec_max;
     if (be->inline_max < be->pkt_data)
         be->inline_max = be->pkt_data;
     be->ring_size = sizeof(struct shm_ring) + (size_t)be->ring_bytes;
-    be->seg_size = 64 + (size_t)be->size * be->ring_size;
+    be->seg_size = 64 + (size_t)be->nlocal * be->ring_size;
     be->maxposted = (int)pkt_count(pool);
     be->posted = calloc((size_t)be->maxposted, sizeof *be->posted);
     if (!be->posted)
@@ -316,7 +344,7 @@ static int create_segment(struct srv_backend *be, uint64_t key)
     be->mine = p;
     struct shm_seg_header *h = p;
     h->magic = SHM_MAGIC;
-    h->nranks = (uint32_t)be->size;
+    h->nranks = (uint32_t)be->nlocal;
     h->ring_bytes = be->ring_bytes;
     h->ring_size = be->ring_size;
     h->inline_max = be->inline_max;
@@ -368,7 +396,7 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
         return util_err(MPIV_ERR_NET, "shm: mapping rank %d's segment: %s", r, strerror(errno));
     be->peer[r] = p;
     const struct shm_seg_header *h = p;
-    if (h->magic != SHM_MAGIC || h->nranks != (uint32_t)be->size ||
+    if (h->magic != SHM_MAGIC || h->nranks != (uint32_t)be->nlocal ||
         h->ring_bytes != be->ring_bytes || h->inline_max != be->inline_max)
         return util_err(MPIV_ERR_NET, "shm: rank %d's segment does not match ours (different "
                                       "MPIV_PACKET_SIZE or MPIV_SHM_EAGER_LIMIT?)", r);
@@ -397,22 +425,26 @@ static int shm_exchange(struct srv_backend *be)
     free(all);
     if (rc)
         return rc;
-    /* every rank creates its segment, then (barrier) maps the others' */
+    /* every rank creates its segment, then (barrier) maps the others' of
+     * its host; the allgathers span the whole job (every rank runs them),
+     * only the answers of our host's ranks count here */
     int made = create_segment(be, key);
     int ok = made == MPIV_SUCCESS, oks = 0;
     int *each = calloc((size_t)be->size, sizeof *each);
     if (!each)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     rc = boot_allgather(&ok, sizeof ok, each);
-    for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
-        oks += each[r];
-    if (rc == MPIV_SUCCESS && oks != be->size && made == MPIV_SUCCESS)
+    for (int k = 0; rc == MPIV_SUCCESS && k < be->nlocal; k++)
+        oks += each[be->locals[k]];
+    if (rc == MPIV_SUCCESS && oks != be->nlocal && made == MPIV_SUCCESS)
         rc = util_err(MPIV_ERR_NET, "shm: %d of %d ranks could not create their segment",
-                      be->size - oks, be->size);
+                      be->nlocal - oks, be->nlocal);
     if (made != MPIV_SUCCESS)
         rc = made;
-    for (int r = 0; rc == MPIV_SUCCESS && r < be->size; r++)
+    for (int k = 0; rc == MPIV_SUCCESS && k < be->nlocal; k++) {
+        int r = be->locals[k];
         rc = r == be->rank ? (be->peer[r] = be->mine, MPIV_SUCCESS) : map_peer(be, key, r);
+    }
     /* everybody has mapped everybody (or failed): nothing needs the names */
     ok = rc == MPIV_SUCCESS;
     int brc = boot_allgather(&ok, sizeof ok, each);
@@ -421,16 +453,16 @@ static int shm_exchange(struct srv_backend *be)
         be->name[0] = '\0';
     }
     oks = 0;
-    for (int r = 0; brc == MPIV_SUCCESS && r < be->size; r++)
-        oks += each[r];
+    for (int k = 0; brc == MPIV_SUCCESS && k < be->nlocal; k++)
+        oks += each[be->locals[k]];
     free(each);
     if (rc)
         return rc;
     if (brc)
         return brc;
-    if (oks != be->size)
+    if (oks != be->nlocal)
         return util_err(MPIV_ERR_NET, "shm: %d of %d ranks could not map the others' segments",
-                        be->size - oks, be->size);
+                        be->nlocal - oks, be->nlocal);
     return MPIV_SUCCESS;
 }
 
@@ -842,8 +874,8 @@ static int shm_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
         atomic_store_explicit(&be->ndone, nd, memory_order_relaxed);
         util_spin_unlock(&be->done_lock);
     }
-    for (int k = 0; k < be->size && out < max; k++) {
-        int s = (int)((be->next_src + (uint32_t)k) % (uint32_t)be->size);
+    for (int k = 0; k < be->nlocal && out < max; k++) {
+        int s = be->locals[(be->next_src + (uint32_t)k) % (uint32_t)be->nlocal];
         out += poll_ring(be, s, ev + out, max - out);
     }
     be->next_src++;
@@ -1017,6 +1049,8 @@ static void shm_finalize(struct srv_backend *be)
     if (be->mine)
         munmap(be->mine, be->seg_size);
     free(be->peer);
+    free(be->locals);
+    free(be->lidx);
     free(be->pid);
     free(be->send_lock);
     free(be->head);

@@ -141,7 +141,10 @@ extern const struct srv_backend_ops srv_shm_ops;
 bool srv_ibv_available(void);
 
 /* --- registration cache (mr.c) ----------------------------------------- */
-int srv_mr_cache_init(struct srv_backend *be, const struct srv_backend_ops *ops);
+/* Every registration is made with each of the job's n backends (be[i],
+ * ops[i]); the srv_mr handed out is the last one's (see mr.c). */
+int srv_mr_cache_init(int n, struct srv_backend *const *be,
+                      const struct srv_backend_ops *const *ops);
 void srv_mr_cache_fini(void);
 /* Statistics for tests and benchmarks. */
 struct srv_mr_stats {
@@ -164,12 +167,35 @@ struct srv_stats {
     uint64_t sleeps;        /* times the idle server slept              */
 };
 void srv_get_stats(struct srv_stats *st);
-/* "ofi", "ibv", or "none" before srv_init. */
+/* "ofi", "ibv", "shm", "shm+ofi" or "shm+ibv" (a mixed job: shm within
+ * the host, the network between hosts), or "none" before srv_init. */
 const char *srv_backend_name(void);
+/* What one backend carried into this rank (srv_get_net_stats): messages
+ * and RDMA writes that arrived through it, reads this rank made through
+ * it, and their bytes. */
+struct srv_net_stats {
+    const char *name;
+    uint64_t msgs, bytes, writes, write_bytes, reads, read_bytes;
+};
+/* Fills st[0..max) for the job's backends; returns how many (0 before
+ * srv_init). */
+int srv_get_net_stats(struct srv_net_stats *st, int max);
+/* The name of the backend that carries everything to and from peer. */
+const char *srv_peer_backend(int peer);
+/* Messages that arrived from peer so far. */
+uint64_t srv_peer_arrivals(int peer);
 
 /* --- helpers shared by the backends ------------------------------------ */
 
-/* Gathers every rank's hostname and says whether all are equal. */
+/* Gathers every rank's host identity (host name and boot id) once per
+ * srv_init (collective the first time: every rank must call it alike) and
+ * sets *host to an array of `size`: host[r] is the lowest rank on rank r's
+ * host. Valid until the next srv_init or srv_finalize. */
+int srv_host_map(int size, const int **host);
+/* Whether this job mixes backends (shm within the host, the network
+ * between hosts): known before the backends' init, which may adapt. */
+bool srv_mixed_job(void);
+/* Whether every rank is on one host (srv_host_map). */
 int srv_all_on_one_host(bool *one_host);
 
 /* The core this rank's server runs on by default: the last core of this

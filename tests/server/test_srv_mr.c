@@ -60,8 +60,9 @@ static void start(bool pins)
     fake_pins = pins;
     atomic_store(&live_regs, 0);
     atomic_store(&total_regs, 0);
-    ck_assert_int_eq(srv_mr_cache_init((struct srv_backend *)&fake_ops, &fake_ops),
-                     MPIV_SUCCESS);
+    struct srv_backend *be = (struct srv_backend *)&fake_ops;
+    const struct srv_backend_ops *ops = &fake_ops;
+    ck_assert_int_eq(srv_mr_cache_init(1, &be, &ops), MPIV_SUCCESS);
 }
 
 START_TEST(test_pinning_no_unreferenced)
