@@ -32,8 +32,10 @@
  *        memory, which is what the new user registers it for; after
  *        munmap a transfer fails (EFAULT) instead of writing anywhere.
  *  - Keys are never reused (ofi hands out increasing keys when the provider
- *    does not pick them), so a late RDMA write aimed at a deregistered
- *    region is refused rather than landing in a newer one.
+ *    does not pick them; in a mixed job over an offset-addressing provider
+ *    only after 2^16 registrations at one address, see ofi.c), so a late
+ *    RDMA write aimed at a deregistered region is refused rather than
+ *    landing in a newer one.
  *  - Registration and deregistration are system calls: they run outside the
  *    cache's spinlock. Two threads missing on one buffer at once may both
  *    register; the loser deregisters its copy and takes the winner's.

@@ -38,7 +38,10 @@
  *    descriptors for local buffers: we always do), FI_MR_VIRT_ADDR (remote
  *    addresses are virtual addresses, else offsets from the region start),
  *    FI_MR_PROV_KEY (the provider picks keys, else we hand out increasing
- *    ones, never reused, so a stale key cannot reach a new region),
+ *    ones, never reused, so a stale key cannot reach a new region; in a
+ *    mixed job on a provider that addresses by offset, a key carries its
+ *    region's base as well, see ofi_reg and ofi_target, and comes back
+ *    only after 2^16 registrations at one address),
  *    FI_MR_ALLOCATED (only backed memory: true of user buffers),
  *    FI_MR_ENDPOINT (bind each region to the endpoint and enable it).
  *  - The endpoint is FI_THREAD_SAFE: any thread may post; only the thread

@@ -3,7 +3,7 @@
  * counts registrations, in both modes: registrations that pin pages
  * (nothing unreferenced is kept) and registrations that only name virtual
  * addresses (a bounded LRU of unreferenced entries). Plus threads racing
- * on one buffer.
+ * on one buffer, and a cache over two backends (a mixed job).
  */
 #include <check.h>
 #include <pthread.h>
@@ -16,6 +16,7 @@
 
 static atomic_int live_regs, total_regs;
 static bool fake_pins;
+static bool fake_refuses;
 
 struct fake_mr {
     void *buf;
@@ -26,6 +27,8 @@ struct fake_mr {
 static int fake_reg(struct srv_backend *be, void *buf, size_t len, srv_mr *mr, void **handle)
 {
     (void)be;
+    if (fake_refuses)
+        return util_err(MPIV_ERR_NO_RESOURCES, "refused (test)");
     struct fake_mr *f = malloc(sizeof *f);
     f->buf = buf;
     f->len = len;
@@ -180,6 +183,83 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* A second backend for the mixed cache (mr.c M1-M3): shm's part, which
+ * pins nothing but says it does, and can be told to refuse. */
+static atomic_int other_live;
+static bool other_refuses;
+
+static int other_reg(struct srv_backend *be, void *buf, size_t len, srv_mr *mr, void **handle)
+{
+    (void)be;
+    (void)len;
+    if (other_refuses)
+        return util_err(MPIV_ERR_NO_RESOURCES, "refused (test)");
+    atomic_fetch_add(&other_live, 1);
+    mr->rkey = 0xdead; /* must not be what the cache hands out (M2) */
+    mr->raddr = (uint64_t)(uintptr_t)buf;
+    mr->base = (uintptr_t)buf;
+    mr->desc = NULL;
+    *handle = buf;
+    return MPIV_SUCCESS;
+}
+
+static void other_dereg(struct srv_backend *be, void *handle)
+{
+    (void)be;
+    (void)handle;
+    atomic_fetch_sub(&other_live, 1);
+}
+
+static bool other_pins(struct srv_backend *be)
+{
+    (void)be;
+    return true;
+}
+
+static const struct srv_backend_ops other_ops = {
+    .name = "other", .mr_reg = other_reg, .mr_dereg = other_dereg, .mr_pins = other_pins};
+
+/* Two backends: each registration is made with both and undone with both
+ * (M1), the handle is the last backend's (M2), nothing unreferenced is
+ * kept when one pins (M3), and a refusal by one undoes the other's. */
+START_TEST(test_two_backends)
+{
+    fake_pins = false; /* alone it would keep unreferenced entries */
+    atomic_store(&live_regs, 0);
+    atomic_store(&total_regs, 0);
+    atomic_store(&other_live, 0);
+    other_refuses = false;
+    struct srv_backend *be[2] = {(struct srv_backend *)&other_ops,
+                                 (struct srv_backend *)&fake_ops};
+    const struct srv_backend_ops *ops[2] = {&other_ops, &fake_ops};
+    ck_assert_int_eq(srv_mr_cache_init(2, be, ops), MPIV_SUCCESS);
+    char *buf = malloc(4096);
+    srv_mr *a;
+    ck_assert_int_eq(srv_mr_get(buf, 4096, &a), MPIV_SUCCESS);
+    ck_assert_int_eq(atomic_load(&live_regs), 1);
+    ck_assert_int_eq(atomic_load(&other_live), 1);
+    ck_assert_uint_eq(a->rkey, 1); /* the fake's first key, not 0xdead */
+    ck_assert_ptr_nonnull(a->desc);
+    ck_assert_uint_eq(a->raddr, (uint64_t)(uintptr_t)buf);
+    srv_mr_put(a);
+    ck_assert_int_eq(atomic_load(&live_regs), 0);
+    ck_assert_int_eq(atomic_load(&other_live), 0);
+    other_refuses = true; /* the first refuses: nothing made */
+    ck_assert_int_eq(srv_mr_get(buf, 4096, &a), MPIV_ERR_NO_RESOURCES);
+    ck_assert_int_eq(atomic_load(&live_regs), 0);
+    ck_assert_int_eq(atomic_load(&other_live), 0);
+    other_refuses = false;
+    fake_refuses = true; /* the last refuses: the first's is undone */
+    ck_assert_int_eq(srv_mr_get(buf, 4096, &a), MPIV_ERR_NO_RESOURCES);
+    ck_assert_int_eq(atomic_load(&live_regs), 0);
+    ck_assert_int_eq(atomic_load(&other_live), 0);
+    fake_refuses = false;
+    srv_mr_cache_fini();
+    free(buf);
+    ck_assert_int_eq(srv_mr_cache_init(3, be, ops), MPIV_ERR_ARG);
+}
+END_TEST
+
 static Suite *srv_mr_suite(void)
 {
     Suite *s = suite_create("server_mr");
@@ -188,6 +268,7 @@ static Suite *srv_mr_suite(void)
     tcase_add_test(tc, test_virtual_lru);
     tcase_add_test(tc, test_threads_one_buffer);
     tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_two_backends);
     suite_add_tcase(s, tc);
     return s;
 }
