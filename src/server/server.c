@@ -982,6 +982,8 @@ static void log_traffic(void)
     char line[1024];
     size_t off = 0;
     int shown = 0;
+    /* the server thread still runs (until teardown) and counts arrivals */
+    util_spin_lock(&srv_g.progress_lock);
     for (int r = 0; r < srv_g.size && off < sizeof line; r++) {
         if (shown == 64) {
             off += (size_t)snprintf(line + off, sizeof line - off, " ...");
@@ -993,6 +995,7 @@ static void log_traffic(void)
             off += (size_t)w;
         shown++;
     }
+    util_spin_unlock(&srv_g.progress_lock);
     if (off >= sizeof line)
         off = sizeof line - 1;
     line[off] = '\0';
