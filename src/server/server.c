@@ -79,6 +79,12 @@ static struct srv_state {
     int nnets;
     struct srv_net **peer_net;
     uint64_t *peer_msgs; /* messages that arrived from each rank (progress lock) */
+    /* Whether the srv_mr handed out (the last backend's, mr.c M2) names
+     * memory by virtual address, so that a read of our own memory may
+     * take an RTS's raddr as an address; false on providers that address
+     * by offset (tcp;ofi_rxm alone), where it is an offset into a region
+     * we cannot find from it. Fixed at srv_init. */
+    bool self_read;
     srv_pkt_handler pkt_handler;
     srv_data_handler data_handler;
     srv_imm_handler imm_handler;
@@ -519,7 +525,7 @@ bool srv_can_read(int peer)
     if (!srv_peer_alive(peer))
         return false;
     if (peer == srv_g.rank)
-        return true;
+        return srv_g.self_read;
     struct srv_net *n = srv_g.peer_net[peer];
     return n->ops->can_read && n->ops->can_read(n->be, peer);
 }
@@ -542,7 +548,10 @@ int srv_rdma_read(void *buf, size_t len, int peer, uint64_t raddr, uint64_t rkey
     }
     if (peer == srv_g.rank) {
         /* Our own memory: the address came from our own RTS, which never
-         * leaves this process (proto_deliver). */
+         * leaves this process (proto_deliver), and is one only when our
+         * registrations name addresses (self_read). */
+        if (!srv_g.self_read)
+            return SRV_NO_READ;
         if (len)
             memcpy(buf, (const void *)(uintptr_t)raddr, len);
         return MPIV_SUCCESS;
@@ -904,17 +913,25 @@ static int pick_backends(void)
  * do; ofi's when the provider grants FI_MR_VIRT_ADDR). If one rank's do
  * not, every rank drops shm and the network carries everything, as
  * with MPIV_NET=ofi (collective: all decide alike). */
-static int check_mix(void)
+/* Whether net's registrations name memory by virtual address (raddr is
+ * the address of base), tried on a small buffer. */
+static bool names_addresses(struct srv_net *net)
 {
     _Alignas(64) static unsigned char probe[64];
-    struct srv_net *net = &srv_g.nets[1];
     srv_mr mr;
     void *h = NULL;
-    unsigned char ok = 0;
+    bool ok = false;
     if (net->ops->mr_reg(net->be, probe, sizeof probe, &mr, &h) == MPIV_SUCCESS) {
         ok = mr.raddr == (uint64_t)(uintptr_t)probe && mr.base == (uintptr_t)probe;
         net->ops->mr_dereg(net->be, h);
     }
+    return ok;
+}
+
+static int check_mix(void)
+{
+    struct srv_net *net = &srv_g.nets[1];
+    unsigned char ok = names_addresses(net);
     unsigned char *all = malloc((size_t)srv_g.size);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
@@ -1065,6 +1082,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     }
     if ((rc = srv_mr_cache_init(srv_g.nnets, bes, opss)))
         goto fail_mem;
+    srv_g.self_read = names_addresses(&srv_g.nets[srv_g.nnets - 1]);
     util_log_info("server: rank %d of %d, backend %s, bootstrap %s", srv_g.rank, srv_g.size,
                   srv_backend_name(), boot_method_name());
     log_routes();

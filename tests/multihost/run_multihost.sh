@@ -10,7 +10,7 @@
 #     that what came from the other rank of its host came through shm and
 #     what came from the other host through ofi, both carrying messages;
 #     the suite's rendezvous wrote through ofi and read through shm.
-#  2. BFS with MPIV_NET=ofi: forced, ofi carries every peer.
+#  2. The suite with MPIV_NET=ofi: forced, ofi carries every peer.
 #  3. SIGKILL of rank 2 (on B) while the suite runs: mpiv_run ends the job
 #     on both hosts within 5 s with a message naming rank 2, and no process
 #     is left in either namespace.
@@ -112,7 +112,7 @@ for prog in p2p bfs; do
 done
 
 # 2. forced: ofi for every peer
-job ofi "$BFS" --scale 10 >"$OUT" 2>&1 || fail "bfs with MPIV_NET=ofi exited $?"
+job ofi "$P2P" >"$OUT" 2>&1 || fail "protocol suite with MPIV_NET=ofi exited $?"
 check_paths ofi ofi || fail "MPIV_NET=ofi: a pair did not take ofi"
 echo "ok: MPIV_NET=ofi carries every pair"
 
