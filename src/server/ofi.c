@@ -79,6 +79,8 @@ enum { OFI_POSTED_SEND = 1, OFI_POSTED_RECV = 2 };
 /* Bits of a key_base key that hold the region's base (user addresses of
  * x86-64 and aarch64 fit in 48). */
 #define OFI_KEY_BASE_BITS 48
+/* Seconds the write-length probe may take before start-up fails. */
+#define OFI_PROBE_S 30
 
 struct srv_backend {
     int rank, size;
@@ -472,12 +474,14 @@ static int ofi_probe_write_len(struct srv_backend *be)
         rc = ofi_reg(be, dst, sizeof dst, FI_REMOTE_WRITE | FI_REMOTE_READ, &md);
     if (rc)
         goto out;
-    struct fi_context2 ctx;
+    /* static, as the buffers: the provider holds on to the context until
+     * the write completes */
+    static struct fi_context2 ctx;
     uint64_t raddr = (be->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)dst : 0;
     /* key_base keys: ofi_reg put dst in the key, the offset is 0 */
 
     ssize_t n;
-    uint64_t deadline = util_now_ns() + 5000000000ull;
+    uint64_t deadline = util_now_ns() + (uint64_t)OFI_PROBE_S * 1000000000u;
     while ((n = fi_writedata(be->ep, src, 24, fi_mr_desc(ms), (uint64_t)be->rank << 32,
                              (fi_addr_t)be->rank, raddr, fi_mr_key(md), &ctx)) == -FI_EAGAIN) {
         struct fi_cq_data_entry junk; /* nothing else is in flight yet */
@@ -487,7 +491,11 @@ static int ofi_probe_write_len(struct srv_backend *be)
     }
     bool local = false, remote = false;
     size_t len = 0;
-    while (n == 0 && !(local && remote) && util_now_ns() < deadline) {
+    /* the remote completion is waited for 5 s (a provider may not make
+     * one: then writes are notified), our own until the deadline */
+    uint64_t remote_deadline = util_now_ns() + 5000000000ull;
+    while (n == 0 && !(local && remote) && util_now_ns() < deadline &&
+           (!local || util_now_ns() < remote_deadline)) {
         struct fi_cq_data_entry e;
         ssize_t k = fi_cq_read(be->cq, &e, 1);
         if (k == 1 && (e.flags & FI_REMOTE_WRITE)) {
@@ -500,6 +508,16 @@ static int ofi_probe_write_len(struct srv_backend *be)
             fi_cq_readerr(be->cq, &err, 0);
             break;
         }
+    }
+    if (n == 0 && !local) {
+        /* Still in flight: going on would let it complete later into
+         * whatever the CQ's reader takes its context for, and closing its
+         * regions under it is no better. A loaded machine (TCP connection
+         * set-up to ourselves) takes seconds, not this long. */
+        rc = util_err(MPIV_ERR_NET, "ofi: a 24-byte RDMA write to ourselves did not complete "
+                                    "in %d s (provider %s)",
+                      OFI_PROBE_S, be->info->fabric_attr->prov_name);
+        goto out;
     }
     if (n != 0 || !local || !remote)
         util_log_info("ofi: the write-length probe did not complete; writes are notified");
