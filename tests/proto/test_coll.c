@@ -29,6 +29,36 @@ static mpiv_comm_t reversed;
                       mpiv_error_detail());                                                  \
     } while (0)
 
+/* A wrong result is recorded, not aborted on at once: the other ranks
+ * would wait in the next collective. Each case ends with agree(), which
+ * fails it on every rank if any rank saw a wrong result. */
+static char fail_msg[256];
+static int64_t fail_count;
+#define FAIL_LATER(...)                                                                      \
+    do {                                                                                     \
+        if (!fail_count++)                                                                   \
+            snprintf(fail_msg, sizeof fail_msg, __VA_ARGS__);                                \
+    } while (0)
+
+/* the byte after a result must be untouched */
+#define GUARD(b)                                                                             \
+    do {                                                                                     \
+        if ((b) != 0xEE)                                                                     \
+            FAIL_LATER("line %d: a byte past the result was written", __LINE__);             \
+    } while (0)
+
+static void agree(void)
+{
+    int64_t any = 0;
+    if (fail_count)
+        fprintf(stderr, "rank %d: %s\n", wme, fail_msg);
+    OK(mpiv_allreduce(&fail_count, &any, 1, MPIV_INT64, MPIV_MAX));
+    int64_t mine = fail_count;
+    fail_count = 0;
+    ck_assert_msg(any == 0, "wrong results (%s%s)", mine ? "here: " : "on another rank",
+                  mine ? fail_msg : "");
+}
+
 #define BIG 20001 /* elements: past the eager limit and coll.c's COLL_SMALL for every type */
 static const size_t counts[] = {0, 1, 7, 1000, BIG};
 #define NCOUNTS (sizeof counts / sizeof counts[0])
@@ -144,9 +174,11 @@ static void expect_reduced(mpiv_op_t op, mpiv_datatype_t t, const void *got, siz
     unsigned char want[8];
     for (size_t i = 0; i < n; i++) {
         store(t, want, 0, reference(op, t, first + i, upto, wr));
-        if (memcmp(want, (const char *)got + i * es, es) != 0)
-            ck_abort_msg("%s: type %d op %d: element %zu of %zu is wrong", what, (int)t, (int)op,
-                         first + i, n);
+        if (memcmp(want, (const char *)got + i * es, es) != 0) {
+            FAIL_LATER("%s: type %d op %d: element %zu of %zu is wrong", what, (int)t, (int)op,
+                       first + i, n);
+            return;
+        }
     }
 }
 
@@ -193,7 +225,7 @@ START_TEST(reductions)
                 memset(rb, 0xEE, n * es + 1);
                 OK(mpiv_allreduce_comm(sb, rb, n, t, op, c.comm));
                 expect_reduced(op, t, rb, 0, n, c.size - 1, c.wr, "allreduce");
-                ck_assert_uint_eq(rb[n * es], 0xEE);
+                GUARD(rb[n * es]);
                 /* in place */
                 memcpy(rb, sb, n * es);
                 OK(mpiv_allreduce_comm(rb, rb, n, t, op, c.comm));
@@ -205,7 +237,7 @@ START_TEST(reductions)
                     OK(mpiv_reduce(sb, c.me == roots[k] ? rb : NULL, n, t, op, roots[k], c.comm));
                     if (c.me == roots[k]) {
                         expect_reduced(op, t, rb, 0, n, c.size - 1, c.wr, "reduce");
-                        ck_assert_uint_eq(rb[n * es], 0xEE);
+                        GUARD(rb[n * es]);
                     }
                 }
                 /* scan */
@@ -224,10 +256,11 @@ START_TEST(reductions)
                 memset(rb, 0xEE, rcounts[c.me] * es + 1);
                 OK(mpiv_reduce_scatter(sb, rb, rcounts, t, op, c.comm));
                 expect_reduced(op, t, rb, mine, rcounts[c.me], c.size - 1, c.wr, "reduce_scatter");
-                ck_assert_uint_eq(rb[rcounts[c.me] * es], 0xEE);
+                GUARD(rb[rcounts[c.me] * es]);
             }
         }
     }
+    agree();
     free(sb);
     free(rb);
     free(rcounts);
@@ -240,8 +273,10 @@ static unsigned seed_of(int wrank, int blk) { return (unsigned)(wrank * 977 + bl
 static void expect_block(const unsigned char *b, size_t n, unsigned seed, const char *what)
 {
     for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(i, seed))
-            ck_abort_msg("%s: byte %zu of %zu is wrong (seed %u)", what, i, n, seed);
+        if (b[i] != pattern(i, seed)) {
+            FAIL_LATER("%s: byte %zu of %zu is wrong (seed %u)", what, i, n, seed);
+            return;
+        }
 }
 
 /* bcast, gather(v), scatter(v), allgather(v), alltoall(v): every type and
@@ -277,7 +312,7 @@ START_TEST(movement)
                 if (me == root) {
                     for (int j = 0; j < P; j++)
                         expect_block(rb + (size_t)j * nb, nb, seed_of(c.wr[j], 1), "gather");
-                    ck_assert_uint_eq(rb[nb * (size_t)P], 0xEE);
+                    GUARD(rb[nb * (size_t)P]);
                 }
                 /* scatter */
                 if (me == root)
@@ -286,7 +321,7 @@ START_TEST(movement)
                 memset(rb, 0xEE, nb + 1);
                 OK(mpiv_scatter(me == root ? sb : NULL, rb, n, t, root, c.comm));
                 expect_block(rb, nb, seed_of(c.wr[me], 2), "scatter");
-                ck_assert_uint_eq(rb[nb], 0xEE);
+                GUARD(rb[nb]);
                 /* gatherv: rank j sends n + j elements, placed with a gap
                  * of 3 elements between blocks, in reverse order */
                 size_t o = 0;
@@ -302,7 +337,7 @@ START_TEST(movement)
                     for (int j = 0; j < P; j++) {
                         expect_block(rb + dsp[j] * es, cnt[j] * es, seed_of(c.wr[j], 3),
                                      "gatherv");
-                        ck_assert_uint_eq(rb[(dsp[j] + cnt[j]) * es], 0xEE);
+                        GUARD(rb[(dsp[j] + cnt[j]) * es]);
                     }
                 /* scatterv, the same layout */
                 if (me == root)
@@ -311,7 +346,7 @@ START_TEST(movement)
                 memset(rb, 0xEE, cnt[me] * es + 1);
                 OK(mpiv_scatterv(me == root ? sb : NULL, cnt, dsp, rb, cnt[me], t, root, c.comm));
                 expect_block(rb, cnt[me] * es, seed_of(c.wr[me], 4), "scatterv");
-                ck_assert_uint_eq(rb[cnt[me] * es], 0xEE);
+                GUARD(rb[cnt[me] * es]);
             }
             /* allgather */
             fill(sb, nb, seed_of(c.wr[me], 5));
@@ -319,7 +354,7 @@ START_TEST(movement)
             OK(mpiv_allgather(sb, rb, n, t, c.comm));
             for (int j = 0; j < P; j++)
                 expect_block(rb + (size_t)j * nb, nb, seed_of(c.wr[j], 5), "allgather");
-            ck_assert_uint_eq(rb[nb * (size_t)P], 0xEE);
+            GUARD(rb[nb * (size_t)P]);
             /* allgatherv (the gatherv layout) */
             fill(sb, cnt[me] * es, seed_of(c.wr[me], 6));
             size_t o = 0;
@@ -329,7 +364,7 @@ START_TEST(movement)
             OK(mpiv_allgatherv(sb, cnt[me], rb, cnt, dsp, t, c.comm));
             for (int j = 0; j < P; j++) {
                 expect_block(rb + dsp[j] * es, cnt[j] * es, seed_of(c.wr[j], 6), "allgatherv");
-                ck_assert_uint_eq(rb[(dsp[j] + cnt[j]) * es], 0xEE);
+                GUARD(rb[(dsp[j] + cnt[j]) * es]);
             }
             /* alltoall: block j of rank r is seeded by (r, j) */
             for (int j = 0; j < P; j++)
@@ -338,7 +373,7 @@ START_TEST(movement)
             OK(mpiv_alltoall(sb, rb, n, t, c.comm));
             for (int j = 0; j < P; j++)
                 expect_block(rb + (size_t)j * nb, nb, seed_of(c.wr[j], 100 + c.wr[me]), "alltoall");
-            ck_assert_uint_eq(rb[nb * (size_t)P], 0xEE);
+            GUARD(rb[nb * (size_t)P]);
             /* alltoallv: rank r sends n/(1 + (r + j) % 3) + r to rank j;
              * send blocks packed in reverse, receive blocks in order with
              * a one-element gap */
@@ -360,11 +395,12 @@ START_TEST(movement)
             for (int j = 0; j < P; j++) {
                 expect_block(rb + dsp2[j] * es, cnt2[j] * es, seed_of(c.wr[j], 200 + c.wr[me]),
                              "alltoallv");
-                ck_assert_uint_eq(rb[(dsp2[j] + cnt2[j]) * es], 0xEE);
+                GUARD(rb[(dsp2[j] + cnt2[j]) * es]);
             }
             OK(mpiv_barrier_comm(c.comm));
         }
     }
+    agree();
     free(sb);
     free(rb);
     free(cnt);
@@ -401,9 +437,11 @@ static void expect_ordered(const uint64_t *got, size_t n, int upto, const int *w
             compose(&acc, &x, 1, MPIV_UINT64);
             acc = x;
         }
-        if (got[i] != acc)
-            ck_abort_msg("%s: element %zu is %#llx, rank order gives %#llx", what, i,
-                         (unsigned long long)got[i], (unsigned long long)acc);
+        if (got[i] != acc) {
+            FAIL_LATER("%s: element %zu is %#llx, rank order gives %#llx", what, i,
+                       (unsigned long long)got[i], (unsigned long long)acc);
+            return;
+        }
     }
 }
 
@@ -443,12 +481,16 @@ START_TEST(user_op_rank_order)
                 compose(&acc, &x, 1, MPIV_UINT64);
                 acc = x;
             }
-            ck_assert_msg(rb[i] == acc, "reduce_scatter: element %zu out of rank order", i);
+            if (rb[i] != acc) {
+                FAIL_LATER("reduce_scatter: element %zu out of rank order", i);
+                break;
+            }
         }
     }
     OK(mpiv_op_free(&op));
     ck_assert_int_eq(op, MPIV_OP_NULL);
     ck_assert_int_eq(mpiv_op_free(&op), MPIV_ERR_ARG);
+    agree();
     free(sb);
     free(rb);
     free(rc);
@@ -474,8 +516,12 @@ START_TEST(user_op_commutative)
         sb[i] = (int32_t)(wme * 3 + (int)(i % 100));
     OK(mpiv_allreduce_comm(sb, rb, n, MPIV_INT32, op, MPIV_COMM_WORLD));
     for (size_t i = 0; i < n; i++)
-        ck_assert_int_eq(rb[i], 3 * wsize * (wsize - 1) / 2 + wsize * (int)(i % 100));
+        if (rb[i] != 3 * wsize * (wsize - 1) / 2 + wsize * (int)(i % 100)) {
+            FAIL_LATER("user sum: element %zu is %d", i, (int)rb[i]);
+            break;
+        }
     OK(mpiv_op_free(&op));
+    agree();
     free(sb);
     free(rb);
 }
