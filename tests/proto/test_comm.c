@@ -8,6 +8,7 @@
  * second caller in a collective on one communicator reported as an error.
  */
 #include <check.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -244,23 +245,31 @@ static void *coll_loop(void *arg)
     return NULL;
 }
 
-/* K communicators, one ULT each, running collectives at the same time. */
+/* K communicators running collectives at the same time, the first half
+ * from one ULT each, the second half from one plain pthread each. */
 START_TEST(concurrent_collectives)
 {
     mpiv_comm_t c[K];
     struct job jobs[K];
     mpiv_ult_t u[K];
+    pthread_t t[K];
     for (int i = 0; i < K; i++)
         OK(mpiv_comm_dup(MPIV_COMM_WORLD, &c[i]));
     for (int i = 0; i < K; i++) {
         jobs[i] = (struct job){.comm = c[i], .idx = i};
-        OK(mpiv_ult_spawn(coll_loop, &jobs[i], MPIV_WORKER_ANY, &u[i]));
+        if (i < K / 2)
+            OK(mpiv_ult_spawn(coll_loop, &jobs[i], MPIV_WORKER_ANY, &u[i]));
+        else
+            ck_assert_int_eq(pthread_create(&t[i], NULL, coll_loop, &jobs[i]), 0);
     }
     for (int i = 0; i < K; i++) {
         void *ret;
-        OK(mpiv_ult_join(u[i], &ret));
-        ck_assert_msg(ret == NULL, "ULT %d failed at step %ld: %s", i, (long)(intptr_t)ret,
-                      mpiv_error_detail());
+        if (i < K / 2)
+            OK(mpiv_ult_join(u[i], &ret));
+        else
+            ck_assert_int_eq(pthread_join(t[i], &ret), 0);
+        ck_assert_msg(ret == NULL, "%s %d failed at step %ld", i < K / 2 ? "ULT" : "pthread",
+                      i, (long)(intptr_t)ret);
     }
     for (int i = 0; i < K; i++)
         OK(mpiv_comm_free(&c[i]));
