@@ -375,9 +375,11 @@ int mpiv_op_free(mpiv_op_t *op);
  * a time per communicator in a process: a second thread or ULT entering a
  * collective (or dup / split) on a communicator while another is inside
  * one gets MPIV_ERR_ARG at once (detail: "already in a collective"), never a
- * hang;
- * different communicators' collectives may run at the same time from
- * different threads or ULTs. Buffers of a call must not overlap, except
+ * hang; different communicators' collectives may run at the same time from
+ * different threads or ULTs. Errors found in a rank's own arguments are
+ * returned before it sends anything; arguments that disagree between ranks
+ * (a count, a root) cannot all be seen locally: the call may then fail
+ * (MPIV_ERR_TRUNCATE) or wait for a message that never comes. Buffers of a call must not overlap, except
  * that reduce, allreduce and scan accept sendbuf == recvbuf. Counts are in
  * elements of `type`; displacements are in elements too. Where a buffer
  * is only significant at the root (gather's recvbuf, scatter's sendbuf,
