@@ -17,9 +17,10 @@
  *    says what exactly went wrong in the calling thread's last failed call.
  *  - Handles are opaque. Sync objects (counter, mutex, barrier) are
  *    caller-allocated structs of fixed size, so they may live on a ULT stack.
- *  - Messages are matched by (source rank, tag); receives may use wildcards
- *    (MPIV_ANY_SOURCE, MPIV_ANY_TAG: see their block for the cost).
- *    Messages with the same source and tag are received in the order sent.
+ *  - Messages are matched by (communicator, source rank, tag); receives may
+ *    use wildcards (MPIV_ANY_SOURCE, MPIV_ANY_TAG: see their block for the
+ *    cost). Messages with the same communicator, source and tag are
+ *    received in the order sent.
  *
  * Failures and progress (what a program can rely on):
  *  - Every operation either completes or returns an error; none waits
@@ -197,10 +198,11 @@ int mpiv_barrier_destroy(mpiv_barrier_t *b);
 /* ------------------------------------------------------------------------ */
 
 /* Tags are in [0, MPIV_TAG_MAX]; ranks in [0, MPIV_RANK_MAX]. Both limits
- * come from the 64-bit matching key: 8 bits of context, 24 of rank, 32 of
- * tag (the top tag bit is reserved). */
+ * come from the 64-bit matching key: 12 bits of context, 20 of rank, 32 of
+ * tag (the top tag bit is reserved). A job has at most MPIV_RANK_MAX + 1
+ * (1,048,576) ranks; the launchers refuse more. */
 #define MPIV_TAG_MAX  0x7fffffff
-#define MPIV_RANK_MAX 0x00ffffff
+#define MPIV_RANK_MAX 0x000fffff
 
 typedef struct mpiv_status {
     int source;   /* the sender's rank                              */
@@ -358,12 +360,187 @@ int mpiv_ssend(const void *buf, size_t size, int dest, int tag);
 int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req);
 
 /* ------------------------------------------------------------------------ */
-/* Collectives (over all ranks; one caller per rank at a time)              */
+/* Communicators and collectives                                            */
 /* ------------------------------------------------------------------------ */
 
-typedef enum mpiv_datatype { MPIV_INT64 = 1, MPIV_DOUBLE = 2 } mpiv_datatype_t;
-typedef enum mpiv_op { MPIV_SUM = 1, MPIV_MIN = 2, MPIV_MAX = 3 } mpiv_op_t;
+/* A communicator is a group of ranks with its own matching: a message sent
+ * on one is only ever received on the same one, whatever its tag, and its
+ * collectives never match its point-to-point messages (each communicator
+ * has two contexts of the matching key: user traffic and collectives).
+ * Ranks and sizes in a communicator are its own (0 .. size-1).
+ *
+ * MPIV_COMM_WORLD holds every rank of the job, in job rank order. The calls
+ * without a communicator (mpiv_send, mpiv_barrier, ...) act on it.
+ *
+ * Limits: at most MPIV_COMM_MAX communicators exist at once in a process,
+ * world included (the key has 12 context bits, two contexts each). Ids are
+ * agreed among the members of the parent communicator (an allreduce over
+ * a bitmap of the ids each member has free, no central server), so an id
+ * in use anywhere in the parent cannot be handed out. Past the limit
+ * mpiv_comm_dup / mpiv_comm_split fail on every member with
+ * MPIV_ERR_NO_RESOURCES and a detail saying so; mpiv_comm_free gives the id
+ * back. Creating one costs a few collectives on the parent (an allreduce of
+ * 264 bytes, and for split an allgather of two ints per rank) and
+ * O(size) memory.
+ *
+ * Handles: MPIV_COMM_NULL or what dup / split returned. A freed handle must
+ * not be used again (MPIV_ERR_ARG while its slot stays free; once another
+ * communicator takes the slot it names that one). */
+typedef struct mpiv_comm *mpiv_comm_t;
+extern struct mpiv_comm mpiv_comm_world_;
+#define MPIV_COMM_WORLD (&mpiv_comm_world_)
+#define MPIV_COMM_NULL ((mpiv_comm_t)0)
+#define MPIV_COMM_MAX 2048
+/* A split color of MPIV_UNDEFINED (defined above) puts the caller in no
+ * communicator. */
 
+/* This rank's rank in comm, and comm's number of ranks. */
+int mpiv_comm_rank(mpiv_comm_t comm, int *rank);
+int mpiv_comm_size(mpiv_comm_t comm, int *size);
+
+/* Collective over comm: a new communicator with the same ranks in the same
+ * order, and matching of its own. */
+int mpiv_comm_dup(mpiv_comm_t comm, mpiv_comm_t *newcomm);
+
+/* Collective over comm: the ranks that pass the same color form a new
+ * communicator, ordered by key, then by their rank in comm. color must be
+ * >= 0 or MPIV_UNDEFINED (then *newcomm is MPIV_COMM_NULL). Every rank of
+ * comm must call it, including those passing MPIV_UNDEFINED. */
+int mpiv_comm_split(mpiv_comm_t comm, int color, int key, mpiv_comm_t *newcomm);
+
+/* Releases *comm (not MPIV_COMM_WORLD, not a communicator in a collective)
+ * and sets it to MPIV_COMM_NULL. Local: no messages. Every operation on it
+ * must be complete (sends waited for, receives matched and waited for);
+ * freeing MPIV_COMM_NULL is a no-op. */
+int mpiv_comm_free(mpiv_comm_t *comm);
+
+/* Point-to-point on a communicator: as mpiv_send / mpiv_recv / mpiv_isend /
+ * mpiv_irecv, with dest and source ranks of comm (MPIV_ERR_RANK outside
+ * [0, size)); receives take MPIV_ANY_SOURCE (any member of comm) and
+ * MPIV_ANY_TAG as the world calls do; status->source is a rank of comm. The cost over the world
+ * calls is one array lookup per call (and a binary search over comm's
+ * ranks when a receive's status is filled in). */
+int mpiv_send_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm);
+int mpiv_recv_comm(void *buf, size_t size, int source, int tag, mpiv_comm_t comm,
+                   mpiv_status_t *status);
+int mpiv_isend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm,
+                    mpiv_request_t *req);
+int mpiv_irecv_comm(void *buf, size_t size, int source, int tag, mpiv_comm_t comm,
+                    mpiv_request_t *req);
+
+/* Element types of collectives (counts are in elements). */
+typedef enum mpiv_datatype {
+    MPIV_INT64 = 1,
+    MPIV_DOUBLE = 2,
+    MPIV_INT8 = 3,
+    MPIV_INT16 = 4,
+    MPIV_INT32 = 5,
+    MPIV_UINT8 = 6,
+    MPIV_UINT16 = 7,
+    MPIV_UINT32 = 8,
+    MPIV_UINT64 = 9,
+    MPIV_FLOAT = 10,
+    MPIV_BYTE = 11,
+    MPIV_DATATYPE_LAST_ /* number of types + 1; not a type */
+} mpiv_datatype_t;
+
+/* Size in bytes of one element of type, or 0 for an unknown type. */
+size_t mpiv_type_size(mpiv_datatype_t type);
+
+/* Reduction operations. Which type each built-in takes (else MPIV_ERR_ARG
+ * naming both):
+ *   SUM, PROD, MIN, MAX: every type but MPIV_BYTE;
+ *   LAND, LOR (result 0 or 1): the integer types;
+ *   BAND, BOR: the integer types and MPIV_BYTE.
+ * Integer SUM and PROD wrap around (modulo 2^bits, also for signed types);
+ * floating SUM and PROD are not associative, so results may differ from a
+ * serial sum in the last bits (built-ins are treated as commutative).
+ * User operations come from mpiv_op_create. */
+typedef int mpiv_op_t;
+enum {
+    MPIV_OP_NULL = 0,
+    MPIV_SUM = 1,
+    MPIV_MIN = 2,
+    MPIV_MAX = 3,
+    MPIV_PROD = 4,
+    MPIV_LAND = 5,
+    MPIV_LOR = 6,
+    MPIV_BAND = 7,
+    MPIV_BOR = 8
+};
+
+/* A user reduction: for i in [0, count), inout[i] = in[i] (op) inout[i],
+ * where `in` holds the lower ranks' contribution (the left operand). It
+ * may be called with any count, from any thread, concurrently. */
+typedef void (*mpiv_user_fn)(const void *in, void *inout, size_t count, mpiv_datatype_t type);
+
+/* Makes a user operation. commutative = 0 promises only associativity:
+ * every reduction then combines contributions in rank order (x0 op x1 op
+ * ... op x(p-1)) and takes the tree algorithms (see coll.c). At most 64
+ * exist at once (MPIV_ERR_NO_RESOURCES past that). */
+int mpiv_op_create(mpiv_user_fn fn, int commutative, mpiv_op_t *op);
+/* Releases *op (not a built-in) and sets it to MPIV_OP_NULL. No reduction
+ * may be using it. */
+int mpiv_op_free(mpiv_op_t *op);
+
+/* Collectives. Every rank of comm calls the same collectives in the same
+ * order with matching arguments (same root, counts that agree). One call at
+ * a time per communicator in a process: a second thread or ULT entering a
+ * collective (or dup / split) on a communicator while another is inside
+ * one gets MPIV_ERR_ARG at once (detail: "already in a collective"), never a
+ * hang; different communicators' collectives may run at the same time from
+ * different threads or ULTs. Errors found in a rank's own arguments are
+ * returned before it sends anything; arguments that disagree between ranks
+ * (a count, a root) cannot all be seen locally: the call may then fail
+ * (MPIV_ERR_TRUNCATE) or wait for a message that never comes. Buffers of a call must not overlap, except
+ * that reduce, allreduce and scan accept sendbuf == recvbuf. Counts are in
+ * elements of `type`; displacements are in elements too. Where a buffer
+ * is only significant at the root (gather's recvbuf, scatter's sendbuf,
+ * ...) other ranks may pass NULL. Algorithms and their costs: coll.c. */
+int mpiv_barrier_comm(mpiv_comm_t comm);
+int mpiv_bcast_comm(void *buf, size_t count, mpiv_datatype_t type, int root, mpiv_comm_t comm);
+/* recvbuf: significant at root only. */
+int mpiv_reduce(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type,
+                mpiv_op_t op, int root, mpiv_comm_t comm);
+int mpiv_allreduce_comm(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type,
+                        mpiv_op_t op, mpiv_comm_t comm);
+/* count elements from every rank into recvbuf (size * count) at root, in
+ * rank order. */
+int mpiv_gather(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type, int root,
+                mpiv_comm_t comm);
+/* rank i sends sendcount elements; root stores them at recvbuf + displs[i]
+ * (recvcounts[i] must equal rank i's sendcount). */
+int mpiv_gatherv(const void *sendbuf, size_t sendcount, void *recvbuf, const size_t recvcounts[],
+                 const size_t displs[], mpiv_datatype_t type, int root, mpiv_comm_t comm);
+/* root's sendbuf holds size blocks of count elements; rank i gets block i. */
+int mpiv_scatter(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type, int root,
+                 mpiv_comm_t comm);
+/* rank i gets sendcounts[i] elements from root's sendbuf + displs[i]. */
+int mpiv_scatterv(const void *sendbuf, const size_t sendcounts[], const size_t displs[],
+                  void *recvbuf, size_t recvcount, mpiv_datatype_t type, int root,
+                  mpiv_comm_t comm);
+int mpiv_allgather(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type,
+                   mpiv_comm_t comm);
+int mpiv_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                    const size_t recvcounts[], const size_t displs[], mpiv_datatype_t type,
+                    mpiv_comm_t comm);
+/* Block i of sendbuf (count elements) goes to rank i; block j of recvbuf
+ * comes from rank j. */
+int mpiv_alltoall(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type,
+                  mpiv_comm_t comm);
+int mpiv_alltoallv(const void *sendbuf, const size_t sendcounts[], const size_t sdispls[],
+                   void *recvbuf, const size_t recvcounts[], const size_t rdispls[],
+                   mpiv_datatype_t type, mpiv_comm_t comm);
+/* Reduces sum(recvcounts) elements of every rank's sendbuf with op; rank i
+ * gets recvcounts[i] elements of the result, those after the first i
+ * ranks' shares. */
+int mpiv_reduce_scatter(const void *sendbuf, void *recvbuf, const size_t recvcounts[],
+                        mpiv_datatype_t type, mpiv_op_t op, mpiv_comm_t comm);
+/* Inclusive prefix: rank i gets x0 op x1 op ... op xi. */
+int mpiv_scan(const void *sendbuf, void *recvbuf, size_t count, mpiv_datatype_t type,
+              mpiv_op_t op, mpiv_comm_t comm);
+
+/* The first collectives, kept on MPIV_COMM_WORLD: */
 /* Returns once every rank has entered the barrier. */
 int mpiv_barrier(void);
 

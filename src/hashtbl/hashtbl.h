@@ -2,11 +2,15 @@
  * hashtbl.h — the matching table shared by worker ULTs and the server (see
  * DESIGN.md, "Matching table").
  *
- * Key (64 bits): | context:8 | source rank:24 | tag:32 |. Contexts keep
- * internal traffic (collectives) from ever matching user tags. User tags
- * are 0..MPIV_TAG_MAX (31 bits), ranks 0..MPIV_RANK_MAX (24 bits).
- * Limits this implies: at most 2^24 = 16,777,216 ranks per job, 256
- * contexts (3 in use), and 31 tag bits (mpiv.h reserves bit 31).
+ * Key (64 bits): | context:12 | source rank:20 | tag:32 | (the HT_*_BITS
+ * and HT_*_SHIFT macros below are the one definition of this layout; derive
+ * masks from them). A context is a communicator's user or collective
+ * traffic (src/proto/comm.c: communicator id c uses contexts 2c and 2c+1),
+ * so collectives never match user tags and communicators never match each
+ * other. User tags are 0..MPIV_TAG_MAX (31 bits), ranks 0..MPIV_RANK_MAX
+ * (20 bits: the source's rank in the job, not in the communicator).
+ * Limits this implies: at most 2^20 = 1,048,576 ranks per job, 4,096
+ * contexts (2,048 communicators), and 31 tag bits (mpiv.h reserves bit 31).
  * ht_make_key masks each field, so an out-of-range rank or context can
  * never alias another field, but it truncates silently: the public API
  * must reject out-of-range ranks and tags (MPIV_ERR_RANK / MPIV_ERR_TAG)
@@ -32,7 +36,21 @@
 
 #include "util/util.h"
 
-enum ht_ctx { HT_CTX_USER = 0, HT_CTX_COLL = 1, HT_CTX_RTR = 2 };
+/* The world communicator's two contexts (comm.c gives the others). */
+enum ht_ctx { HT_CTX_USER = 0, HT_CTX_COLL = 1 };
+
+#define HT_TAG_BITS 32
+#define HT_RANK_BITS 20
+#define HT_CTX_BITS (64 - HT_RANK_BITS - HT_TAG_BITS)
+#define HT_RANK_SHIFT HT_TAG_BITS
+#define HT_CTX_SHIFT (HT_TAG_BITS + HT_RANK_BITS)
+#define HT_TAG_MASK ((uint64_t)0xffffffffu)
+#define HT_RANK_MASK (((uint64_t)1 << HT_RANK_BITS) - 1) /* of the field, unshifted */
+#define HT_CTX_MASK (((uint64_t)1 << HT_CTX_BITS) - 1)   /* of the field, unshifted */
+#define HT_CTX_COUNT (1u << HT_CTX_BITS)
+/* The source rank of key k (what ht_make_key stored). */
+#define HT_KEY_RANK(k) ((uint32_t)(((k) >> HT_RANK_SHIFT) & HT_RANK_MASK))
+#define HT_KEY_CTX(k) ((unsigned)(((k) >> HT_CTX_SHIFT) & HT_CTX_MASK))
 
 typedef uint64_t ht_key;
 typedef uintptr_t ht_value;
@@ -46,7 +64,8 @@ typedef uintptr_t ht_value;
 
 static inline ht_key ht_make_key(unsigned ctx, uint32_t rank, uint32_t tag)
 {
-    return ((uint64_t)(ctx & 0xffu) << 56) | ((uint64_t)(rank & 0xffffffu) << 32) | tag;
+    return ((uint64_t)(ctx & HT_CTX_MASK) << HT_CTX_SHIFT) |
+           ((uint64_t)(rank & HT_RANK_MASK) << HT_RANK_SHIFT) | tag;
 }
 
 /* The bits of each field, derived from ht_make_key itself (it masks each

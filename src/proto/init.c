@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "proto.h"
 
 int mpiv_initialized(void) { return proto.initialized; }
@@ -38,7 +39,6 @@ int mpiv_init(int *argc, char ***argv)
     size_t payload = (size_t)cfg->packet_size - sizeof(struct proto_hdr);
     /* util_config_load rejected a limit above the payload */
     proto.eager_limit = cfg->eager_limit ? (size_t)cfg->eager_limit : payload;
-    atomic_init(&proto.coll_seq, 0);
     atomic_init(&proto.unexpected, 0);
     /* p2p.c, I5: half of what the posted receives leave, so senders always
      * keep the other half (recv_depth < packets, checked by the config) */
@@ -70,6 +70,7 @@ int mpiv_init(int *argc, char ***argv)
     rc = proto_p2p_init();
     if (rc)
         goto fail_srv;
+    proto_comm_init();
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     srv_set_data_handler(proto_on_data);
     rc = sched_init(cfg);
@@ -143,6 +144,7 @@ int mpiv_finalize(void)
         return rc2; /* ULTs still alive: the user must join them first */
     proto.initialized = 0;
     int rc3 = srv_finalize();
+    proto_comm_fini();
     proto_p2p_fini();
     proto_handle_fini();
     ht_destroy(proto.ht);

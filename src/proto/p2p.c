@@ -130,6 +130,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "proto.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
@@ -213,8 +214,11 @@ int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
     if (!sched_in_ult())
         pthread_poll(r);
     sched_wait(&r->sync);
-    if (status)
+    if (status) {
         *status = r->status;
+        if (r->comm) /* a rank of the communicator, not of the world */
+            status->source = comm_from_world(r->comm, status->source);
+    }
     return r->status.error;
 }
 
@@ -383,7 +387,7 @@ static void send_abort(int peer, uint32_t rimm, int err, pkt_t *p, bool server)
     }
     struct proto_hdr *h = proto_hdr_of(p);
     hdr_init(h, PROTO_ABORT, peer);
-    h->status = (uint16_t)err;
+    h->status = (uint8_t)err;
     h->handle = rimm;
     p->len = sizeof *h;
     atomic_fetch_add_explicit(&n_aborts_sent, 1, memory_order_relaxed);
@@ -857,8 +861,7 @@ static void fail_peer_req(struct mpiv_request *r, void *arg)
 
 static int recv_from(ht_key k, ht_value v, void *arg)
 {
-    return ht_kind(v) == HT_KIND_REQ &&
-           (k & ht_key_rank_bits()) == ht_make_key(0, (uint32_t)*(int *)arg, 0);
+    return ht_kind(v) == HT_KIND_REQ && (int)HT_KEY_RANK(k) == *(int *)arg;
 }
 
 /* A wildcard receive or probe waiting for this source only (ANY_TAG). One
@@ -903,7 +906,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
 {
     sched_sync_init(&r->sync);
     r->kind = (uint8_t)kind;
-    r->ctx = (uint8_t)ctx;
+    r->ctx = (uint16_t)ctx;
     r->rdv_read = false;
     r->wild = false; /* listed is only read when wild */
     r->seq = 0;
@@ -914,6 +917,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     r->mr = NULL;
     r->handle = 0;
     r->reg_err = MPIV_SUCCESS;
+    r->comm = NULL;
     r->left = 0;
     r->pieces_out = 0;
     r->err = MPIV_SUCCESS;
@@ -952,7 +956,7 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
          * queued ahead of it; else the packet path below, in order. */
         struct proto_hdr hd;
         hdr_init(&hd, PROTO_EAGER, dest);
-        hd.ctx = (uint8_t)ctx;
+        hd.ctx = (uint16_t)ctx;
         hd.tag = (uint32_t)tag;
         hd.size = size;
         int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
@@ -982,7 +986,7 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
     pkt_t *p = proto_pkt_alloc();
     struct proto_hdr *h = proto_hdr_of(p);
     hdr_init(h, eager ? PROTO_EAGER : PROTO_RTS, dest);
-    h->ctx = (uint8_t)ctx;
+    h->ctx = (uint16_t)ctx;
     h->tag = (uint32_t)tag;
     h->size = size;
     if (eager) {

@@ -33,9 +33,9 @@ enum proto_type {
 /* Wire header of every protocol packet; 32 bytes. */
 struct proto_hdr {
     uint8_t type;    /* enum proto_type                                        */
-    uint8_t ctx;     /* enum ht_ctx                                            */
-    uint16_t status; /* RTR: enum proto_rtr_status; ABORT: an mpiv_error;
+    uint8_t status;  /* RTR: enum proto_rtr_status; ABORT: an mpiv_error;
                         RTS: 0                                                */
+    uint16_t ctx;    /* matching context, < HT_CTX_COUNT (comm.c)             */
     int32_t src;     /* sender's rank (checked against the transport's)       */
     uint32_t tag;
     uint32_t credit; /* eager credit (bytes) given back to the receiver of
@@ -80,8 +80,12 @@ enum proto_rtr_status {
  * it answers the send its handle names. An ABORT carries, in handle, the
  * receive's 32-bit rendezvous handle, and the error in status. */
 
-/* Contexts a packet may carry (enum ht_ctx: user and collective traffic). */
-#define PROTO_CTX_COUNT 2
+/* Contexts a packet may carry: every context the key has room for (comm.c
+ * hands them out; a message for a communicator this rank has not created
+ * yet waits in the table like any unexpected message). */
+#define PROTO_CTX_COUNT HT_CTX_COUNT
+_Static_assert(HT_CTX_COUNT - 1 <= UINT16_MAX, "a context fits the header's ctx field");
+_Static_assert(MPIV_ERR_LAST_ <= UINT8_MAX, "an error code fits the header's status field");
 
 /* --- decoding (wire.c) --------------------------------------------------------- */
 
@@ -181,7 +185,7 @@ enum proto_req_kind {
 struct mpiv_request {
     sched_sync sync;  /* the state word                                    */
     uint8_t kind;     /* enum proto_req_kind                                 */
-    uint8_t ctx;
+    uint16_t ctx;     /* matching context (comm.c)                           */
     bool rdv_read;    /* send: its RTS offered the receiver a read (a FIN
                          may answer it)                                     */
     bool wild;        /* receive or probe with MPIV_ANY_SOURCE/_TAG: lives
@@ -193,6 +197,9 @@ struct mpiv_request {
     srv_mr *mr;       /* rendezvous registration, released at completion   */
     uint64_t handle;  /* rendezvous: our handle while in the handle table   */
     int reg_err;      /* recv: why registering buf at post time failed     */
+    /* The communicator whose ranks the status names (comm.c), or NULL for
+     * world ranks; read only by the owner, in proto_wait. */
+    const struct mpiv_comm *comm;
     /* Rendezvous progress: bytes whose write or landing is not reported
      * yet, and the first error met; owned by the server thread (handlers
      * run one at a time) while the request is in the handle table. */
@@ -218,7 +225,6 @@ struct proto_state {
     /* Tests only: no RTS offers a read (p2p.c), so that the write path
      * runs on a backend that could read. Read by the sending thread. */
     atomic_bool rdv_write_only;
-    atomic_uint coll_seq;    /* collective calls so far (same on all ranks)  */
     atomic_long unexpected;  /* pool packets held in the table as unexpected */
     long unexpected_max;     /* above it, unexpected eager messages are
                                 copied out of their packet (p2p.c, I5)       */

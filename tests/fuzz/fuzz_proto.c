@@ -1040,7 +1040,6 @@ static void setup(void)
     proto.unexpected_max = (FUZZ_PACKETS - FUZZ_RECV_DEPTH) / 2;
     proto.credit_max = FUZZ_CREDIT_MAX;
     atomic_store(&proto.unexpected, 0);
-    atomic_store(&proto.coll_seq, 0);
     if (proto_p2p_init() != MPIV_SUCCESS)
         FAIL("proto_p2p_init: %s", mpiv_error_detail());
     proto.initialized = 1;

@@ -117,8 +117,8 @@ static void imm_from_1(struct seed *s, uint32_t imm, uint32_t len, unsigned err)
 /* A raw packet from rank 1: the header, then `body` bytes of payload
  * (pattern bytes); its length is header + body unless len >= 0. */
 struct raw {
-    uint8_t type, ctx;
-    uint16_t status;
+    uint8_t type, status;
+    uint16_t ctx;
     int32_t src;
     uint32_t tag, credit;
     uint64_t size, handle;
@@ -151,14 +151,14 @@ static void packet(struct seed *s, struct raw r)
 /* A valid EAGER from rank 1 with `size` payload bytes. */
 static void eager_from_1(struct seed *s, int tag, int ctx, unsigned size)
 {
-    packet(s, (struct raw){.type = PROTO_EAGER, .ctx = (uint8_t)ctx, .src = 1, .tag = (uint32_t)tag,
+    packet(s, (struct raw){.type = PROTO_EAGER, .ctx = (uint16_t)ctx, .src = 1, .tag = (uint32_t)tag,
                            .size = size, .body = size, .len = -1});
 }
 
 /* A valid RTS from rank 1; handle is its (made-up) send handle. */
 static void rts_from_1(struct seed *s, int tag, int ctx, uint64_t size, uint64_t handle)
 {
-    packet(s, (struct raw){.type = PROTO_RTS, .ctx = (uint8_t)ctx, .src = 1, .tag = (uint32_t)tag,
+    packet(s, (struct raw){.type = PROTO_RTS, .ctx = (uint16_t)ctx, .src = 1, .tag = (uint32_t)tag,
                            .size = size, .handle = handle, .len = -1});
 }
 
@@ -359,7 +359,7 @@ static void seed_bad_packets(struct seed *s)
     packet(s, (struct raw){.type = PROTO_EAGER, .src = 0, .len = -1});
     packet(s, (struct raw){.type = PROTO_EAGER, .src = 1, .size = 20, .body = 10, .len = -1});
     packet(s, (struct raw){.type = PROTO_EAGER, .src = 1, .size = 90, .body = 90, .len = -1});
-    packet(s, (struct raw){.type = PROTO_EAGER, .src = 1, .ctx = 7, .len = -1});
+    packet(s, (struct raw){.type = PROTO_EAGER, .src = 1, .ctx = PROTO_CTX_COUNT, .len = -1});
     packet(s, (struct raw){.type = PROTO_EAGER, .src = 1, .tag = 0x80000000u, .len = -1});
     packet(s, (struct raw){.type = PROTO_RTS, .src = 1, .size = 9, .handle = 5, .body = 4, .len = -1});
     packet(s, (struct raw){.type = PROTO_RTS, .src = 1, .size = 9, .handle = 0, .len = -1});
@@ -372,7 +372,7 @@ static void seed_bad_packets(struct seed *s)
     packet(s, (struct raw){.type = PROTO_ABORT, .src = 1, .handle = 1ull << 40,
                            .status = MPIV_ERR_NET, .len = -1});
     packet(s, (struct raw){.type = PROTO_ABORT, .src = 1, .handle = 3, .status = 0, .len = -1});
-    packet(s, (struct raw){.type = PROTO_ABORT, .src = 1, .handle = 3, .status = 999, .len = -1});
+    packet(s, (struct raw){.type = PROTO_ABORT, .src = 1, .handle = 3, .status = 200, .len = -1});
     packet(s, (struct raw){.type = PROTO_CREDIT, .src = 1, .body = 2, .len = -1});
     packet(s, (struct raw){.type = PROTO_CREDIT, .src = 1, .credit = 0xffffffffu, .len = -1});
     imm_from_1(s, 0x12345, 64, 0); /* names no receive */

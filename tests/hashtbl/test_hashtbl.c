@@ -63,7 +63,7 @@ START_TEST(keys_differing_in_any_field_do_not_match)
     ck_assert_int_eq(ht_create(&t, 16), MPIV_SUCCESS);
     ht_key base = ht_make_key(HT_CTX_USER, 5, 7);
     ht_key others[] = {
-        ht_make_key(HT_CTX_COLL, 5, 7), ht_make_key(HT_CTX_RTR, 5, 7),
+        ht_make_key(HT_CTX_COLL, 5, 7), ht_make_key(HT_CTX_COUNT - 1, 5, 7),
         ht_make_key(HT_CTX_USER, 6, 7), ht_make_key(HT_CTX_USER, 5, 8),
         ht_make_key(HT_CTX_USER, MPIV_RANK_MAX, MPIV_TAG_MAX),
         ht_make_key(HT_CTX_USER, 0, 0),
@@ -82,12 +82,14 @@ END_TEST
 
 START_TEST(key_packing_fields)
 {
-    ht_key k = ht_make_key(0xab, 0x123456, 0x89abcdefu);
-    ck_assert_uint_eq(k >> 56, 0xab);
-    ck_assert_uint_eq((k >> 32) & 0xffffff, 0x123456);
-    ck_assert_uint_eq(k & 0xffffffffu, 0x89abcdefu);
+    ht_key k = ht_make_key(0xabc, 0x12345, 0x89abcdefu);
+    ck_assert_uint_eq(HT_KEY_CTX(k), 0xabc);
+    ck_assert_uint_eq(HT_KEY_RANK(k), 0x12345);
+    ck_assert_uint_eq(k & HT_TAG_MASK, 0x89abcdefu);
+    ck_assert_uint_eq(HT_CTX_BITS + HT_RANK_BITS + HT_TAG_BITS, 64);
+    ck_assert_uint_eq(HT_RANK_MASK, MPIV_RANK_MAX);
     /* Out-of-range ranks cannot bleed into the context. */
-    ck_assert_uint_eq(ht_make_key(0, 0xff000001u, 0) >> 56, 0);
+    ck_assert_uint_eq(HT_KEY_CTX(ht_make_key(0, 0xfff00001u, 0)), 0);
 }
 END_TEST
 

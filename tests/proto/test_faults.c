@@ -237,7 +237,7 @@ START_TEST(forged_packets)
             case 2: h->src = 1; break;                        /* src */
             case 3: h->size = 1u << 30; break;                /* size > eager */
             case 4: h->size = 8; break;                       /* len != size */
-            case 5: h->ctx = 9; break;                        /* ctx */
+            case 5: h->ctx = PROTO_CTX_COUNT; break;          /* ctx */
             case 6: h->type = PROTO_RTR; h->handle = 12345; h->status = PROTO_RTR_NONE;
                     p->len = sizeof *h; break;                /* stale handle */
             case 7: h->type = PROTO_RTR; h->handle = 12345; h->status = 77;

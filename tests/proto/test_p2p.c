@@ -434,7 +434,7 @@ START_TEST(bad_arguments)
     ck_assert_int_eq(mpiv_irecv(NULL, 1, 0, 0, &r), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_irecv(b, 1, 0, 0, NULL), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_bcast(b, 8, nranks), MPIV_ERR_RANK);
-    ck_assert_int_eq(mpiv_allreduce(b, b, 1, (mpiv_datatype_t)9, MPIV_SUM), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_allreduce(b, b, 1, (mpiv_datatype_t)99, MPIV_SUM), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_allreduce(b, b, 1, MPIV_INT64, (mpiv_op_t)9), MPIV_ERR_ARG);
     ck_assert_int_eq(mpiv_init(NULL, NULL), MPIV_ERR_STATE);
     /* NULL buffer with size 0 is a valid empty message */
