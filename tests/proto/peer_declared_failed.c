@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "mpiv.h"
@@ -17,8 +18,11 @@
 static enum srv_fault_action fail_arrivals(const struct srv_fault_event *ev, void *arg)
 {
     (void)arg;
-    if (ev->point == SRV_FAULT_RECV && ev->len >= sizeof(struct proto_hdr) &&
-        ev->data[1] == HT_CTX_USER)
+    struct proto_hdr h;
+    if (ev->point != SRV_FAULT_RECV || ev->len < sizeof h)
+        return SRV_FAULT_PASS;
+    memcpy(&h, ev->data, sizeof h);
+    if (h.ctx == HT_CTX_USER)
         return SRV_FAULT_FAIL;
     return SRV_FAULT_PASS;
 }
