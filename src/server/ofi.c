@@ -47,6 +47,7 @@
  *  - The endpoint is FI_THREAD_SAFE: any thread may post; only the thread
  *    holding the core's progress lock reads the CQ.
  */
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -55,6 +56,8 @@
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
+
+#include <netinet/in.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -212,6 +215,56 @@ static int ofi_pick_provider(const struct util_config *cfg, char *prov, size_t n
 
 static void ofi_finalize(struct srv_backend *be);
 
+/* Whether ADDR, in libfabric's address format FMT, is a loopback address
+ * (127.0.0.0/8 or ::1): one no other host can reach. */
+static bool ofi_addr_is_loopback(uint32_t fmt, const void *addr, size_t len)
+{
+    if (!addr)
+        return false;
+    const struct sockaddr *sa = addr;
+    if (fmt != FI_SOCKADDR && fmt != FI_SOCKADDR_IN && fmt != FI_SOCKADDR_IN6)
+        return false;
+    if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in = addr;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = addr;
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return false;
+}
+
+/* A job that spans hosts must not listen on a loopback interface: the
+ * other hosts' ranks would dial 127.0.0.1 and reach nothing (tcp's
+ * provider lists lo first while a fresh interface has no carrier yet, and
+ * ofi_rxm then retries its connection for ever). Keeps in *INFO the first
+ * entry whose source address is not loopback, and frees the rest. */
+static int ofi_skip_loopback(struct fi_info **info)
+{
+    bool one_host;
+    int rc = srv_all_on_one_host(&one_host);
+    if (rc || one_host)
+        return rc;
+    struct fi_info *fi = *info;
+    while (fi && ofi_addr_is_loopback(fi->addr_format, fi->src_addr, fi->src_addrlen))
+        fi = fi->next;
+    if (!fi)
+        return util_err(MPIV_ERR_NET,
+                        "ofi: provider %s offers only loopback interfaces (first: %s), and "
+                        "this job spans hosts; is the network interface up and has it an "
+                        "address? FI_TCP_IFACE names the one to use",
+                        (*info)->fabric_attr->prov_name, (*info)->domain_attr->name);
+    if (fi == *info)
+        return MPIV_SUCCESS;
+    struct fi_info *keep = fi_dupinfo(fi);
+    if (!keep)
+        return util_err(MPIV_ERR_NO_RESOURCES, "ofi: fi_dupinfo failed");
+    fi_freeinfo(*info);
+    *info = keep;
+    return MPIV_SUCCESS;
+}
+
 /* libfabric's shm provider names its region in /dev/shm after the pid
  * ("<pid>:<uid>:<n>"). A rank killed with SIGKILL leaves its region behind,
  * and when a later process gets the same pid (pid_max is 32768 on many
@@ -279,6 +332,8 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
         free(be);
         return rc;
     }
+    if ((rc = ofi_skip_loopback(&be->info)))
+        goto fail;
     struct fi_info *fi = be->info;
     if (fi->domain_attr->cq_data_size < 8) {
         rc = util_err(MPIV_ERR_NET,
@@ -553,9 +608,24 @@ static int ofi_exchange(struct srv_backend *be)
         free(all);
         return rc;
     }
+    const int *host = NULL;
+    if ((rc = srv_host_map(be->size, &host))) {
+        free(all);
+        return rc;
+    }
     for (int r = 0; r < be->size; r++) {
         unsigned char *a = all + slot * (size_t)r;
         memcpy(&l, a, 8);
+        if (l <= OFI_ADDR_MAX && host[r] != host[be->rank] &&
+            ofi_addr_is_loopback(be->info->addr_format, a + 8, l)) {
+            free(all);
+            return util_err(MPIV_ERR_NET,
+                            "ofi: rank %d, on another host, listens only on a loopback "
+                            "address, which this host cannot reach; its network interface "
+                            "had no usable address when it started (FI_TCP_IFACE names the "
+                            "one to use)",
+                            r);
+        }
         fi_addr_t fa = FI_ADDR_NOTAVAIL;
         int n = l <= OFI_ADDR_MAX ? fi_av_insert(be->av, a + 8, 1, &fa, 0, NULL) : -1;
         if (n != 1 || fa != (fi_addr_t)r) {

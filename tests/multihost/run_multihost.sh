@@ -14,11 +14,14 @@
 #  3. SIGKILL of rank 2 (on B) while the suite runs: mpiv_run ends the job
 #     on both hosts within 5 s with a message naming rank 2, and no process
 #     is left in either namespace.
+#  4. Host B's ranks offered loopback only: the job fails within seconds,
+#     saying so, instead of hanging.
 # Needs root, ip(8) and unshare(1); exits 77 (skipped) otherwise. Creates
 # and removes its own namespaces.
 # Usage: run_multihost.sh MPIV_RUN AS_HOST TEST_P2P BFS
 set -u
 RUN=$1 AS_HOST=$2 P2P=$3 BFS=$4
+VETH=$(dirname "$0")/../common/veth_pair.sh
 tag=$$
 A=mpivmhA$tag B=mpivmhB$tag
 OUT=$(mktemp /tmp/mpiv_multihost_XXXXXX)
@@ -40,24 +43,21 @@ if ! ip netns add "$A" 2>/dev/null || ! ip netns add "$B" 2>/dev/null; then
     echo "skipped: cannot create network namespaces"; exit 77
 fi
 unshare --uts true 2>/dev/null || { echo "skipped: cannot create UTS namespaces"; exit 77; }
-ip link add "mha$tag" netns "$A" type veth peer name "mhb$tag" netns "$B" || exit 1
-# one interface name on both sides, so that one FI_TCP_IFACE fits both
-ip -n "$A" link set "mha$tag" name mpiv0 && ip -n "$B" link set "mhb$tag" name mpiv0 &&
-ip -n "$A" addr add 10.78.0.1/24 dev mpiv0 && ip -n "$B" addr add 10.78.0.2/24 dev mpiv0 &&
-ip -n "$A" link set mpiv0 up && ip -n "$B" link set mpiv0 up &&
-ip -n "$A" link set lo up && ip -n "$B" link set lo up || exit 1
+"$VETH" "$A" "$B" 10.78.0.1 10.78.0.2 || exit 1
 
 limit=$(awk -v s="${MPIV_TEST_TIMEOUT_SCALE:-1}" 'BEGIN { v = 240 * s; print (v == int(v)) ? v : int(v) + 1 }')
 fail() { echo "FAIL: $*"; cat "$OUT"; exit 1; }
 
 # job NET PROGRAM ARGS...: the 4-rank job, mpiv_run itself in A (its
-# exchange listens on A's veth address)
+# exchange listens on A's veth address), started through $LAUNCH: as_host.sh
+# with FI_TCP_IFACE=mpiv0, or, in step 4, lo on B only
+LAUNCH="env FI_TCP_IFACE=mpiv0 $AS_HOST {host}"
 job() {
     net=$1
     shift
     ip netns exec "$A" "$RUN" -n 4 -H "$A,$B" --map-by block --bind 10.78.0.1 \
-        --launcher "$AS_HOST {host}" --timeout "$limit" --tag-output \
-        -x MPIV_NET="$net" -x MPIV_LOG=info -x FI_TCP_IFACE=mpiv0 -x CK_FORK=no "$@"
+        --launcher "$LAUNCH" --timeout "$limit" --tag-output \
+        -x MPIV_NET="$net" -x MPIV_LOG=info -x CK_FORK=no "$@"
 }
 
 # check_paths WANT_LOCAL WANT_REMOTE: every rank's log names, for each other
@@ -147,3 +147,20 @@ for ns in "$A" "$B"; do
     [ -z "$left" ] || fail "processes left in $ns: $left"
 done
 echo "ok: kill -9 of rank 2 on one host ended the job on both within $((T1 - T0)) s"
+
+# 4. host B's ranks find only loopback (FI_TCP_IFACE=lo there: what tcp
+#    offers while an interface has no carrier yet), which the other host
+#    cannot reach; the job ends at once, saying so (it used to start and
+#    hang in the first message across hosts)
+LB=$(mktemp /tmp/mpiv_multihost_lo_XXXXXX)
+trap 'rm -f "$LB"; cleanup' EXIT INT TERM
+printf '#!/bin/sh\nh=$1\nif [ "$h" = "%s" ]; then i=lo; else i=mpiv0; fi\nexec env FI_TCP_IFACE=$i "%s" "$@"\n' \
+    "$B" "$AS_HOST" >"$LB" && chmod +x "$LB" || fail "cannot write the launcher"
+LAUNCH="$LB {host}"
+T0=$(date +%s)
+job auto "$P2P" >"$OUT" 2>&1 && fail "the job ran with host B's interface down"
+T1=$(date +%s)
+grep -q "offers only loopback interfaces .* this job spans hosts" "$OUT" ||
+    fail "no message that the network interface is missing"
+[ $((T1 - T0)) -le 30 ] || fail "the job took $((T1 - T0)) s to fail"
+echo "ok: with host B's interface down the job failed in $((T1 - T0)) s, naming the cause"

@@ -17,25 +17,13 @@ B=mpivB$tag
 cleanup() {
     ip netns del "$A" 2>/dev/null || true
     ip netns del "$B" 2>/dev/null || true
-    ip link del "mva$tag" 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
 # a backstop only (the test's own waits fail on a stall), times the scale
 limit=$(awk -v s="${MPIV_TEST_TIMEOUT_SCALE:-1}" 'BEGIN { v = 180 * s; print (v == int(v)) ? v : int(v) + 1 }')
 ip netns add "$A"
 ip netns add "$B"
-ip link add "mva$tag" type veth peer name "mvb$tag"
-ip link set "mva$tag" netns "$A"
-ip link set "mvb$tag" netns "$B"
-# the same interface name on both sides, so one FI_TCP_IFACE fits both
-ip -n "$A" link set "mva$tag" name mpiv0
-ip -n "$B" link set "mvb$tag" name mpiv0
-ip -n "$A" addr add 10.77.0.1/24 dev mpiv0
-ip -n "$B" addr add 10.77.0.2/24 dev mpiv0
-for ns in "$A" "$B"; do
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set mpiv0 up
-done
+"$(dirname "$0")/../common/veth_pair.sh" "$A" "$B" 10.77.0.1 10.77.0.2
 ip netns exec "$A" "$RUN" -n 2 -H "$A,$B" --launcher 'ip netns exec {host}' \
     --bind 10.77.0.1 --timeout "$limit" --tag-output \
     -x 'MPIV_OFI_PROVIDER=tcp;ofi_rxm' -x FI_TCP_IFACE=mpiv0 -x MPIV_NET=ofi \

@@ -25,10 +25,7 @@ command -v ip >/dev/null || { echo "skipped: no ip(8)"; exit 77; }
 if ! ip netns add "$A" 2>/dev/null || ! ip netns add "$B"; then
     echo "skipped: cannot create network namespaces"; exit 77
 fi
-ip link add "va$$" netns "$A" type veth peer name "vb$$" netns "$B" || exit 1
-ip -n "$A" addr add 10.99.0.1/24 dev "va$$" && ip -n "$B" addr add 10.99.0.2/24 dev "vb$$" &&
-ip -n "$A" link set "va$$" up && ip -n "$B" link set "vb$$" up &&
-ip -n "$A" link set lo up && ip -n "$B" link set lo up || exit 1
+"$(dirname "$0")/../common/veth_pair.sh" "$A" "$B" 10.99.0.1 10.99.0.2 || exit 1
 
 fail() { echo "FAIL: $*"; cat "$OUT"; exit 1; }
 
