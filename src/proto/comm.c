@@ -430,12 +430,12 @@ static int comm_start_nb(bool send, struct mpiv_comm *c, void *buf, size_t size,
     int rc = p2p_check(c, !send, buf, size, peer, tag, fn);
     if (rc)
         return rc;
-    struct mpiv_request *r = malloc(sizeof *r);
+    struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
     rc = comm_start(send, c, buf, size, peer, tag, r);
     if (rc) {
-        free(r);
+        proto_req_delete(r);
         return rc;
     }
     *req = r;

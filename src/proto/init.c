@@ -147,6 +147,7 @@ int mpiv_finalize(void)
     proto_comm_fini();
     proto_p2p_fini();
     proto_handle_fini();
+    proto_req_cache_flush();
     ht_destroy(proto.ht);
     pkt_pool_destroy(proto.pool);
     proto.ht = NULL;

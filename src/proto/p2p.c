@@ -1174,14 +1174,14 @@ static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
     int rc = check_args_wild(buf, size, peer, tag, is_send == NB_RECV, fn);
     if (rc)
         return rc;
-    struct mpiv_request *r = malloc(sizeof *r);
+    struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
     rc = is_send == NB_SEND    ? proto_isend(buf, size, peer, tag, HT_CTX_USER, r)
          : is_send == NB_SSEND ? proto_issend(buf, size, peer, tag, HT_CTX_USER, r)
                                : proto_irecv(buf, size, peer, tag, HT_CTX_USER, r);
     if (rc) {
-        free(r);
+        proto_req_delete(r);
         return rc;
     }
     *req = r;
@@ -1217,7 +1217,7 @@ int mpiv_wait(mpiv_request_t *req, mpiv_status_t *status)
         return MPIV_SUCCESS;
     }
     int rc = proto_wait(*req, status);
-    free(*req);
+    proto_req_delete(*req);
     *req = MPIV_REQUEST_NULL;
     return rc;
 }
@@ -1413,7 +1413,7 @@ int mpiv_imrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_request_t *req
     int rc = check_mrecv(buf, size, msg, __func__);
     if (rc)
         return rc;
-    struct mpiv_request *r = malloc(sizeof *r);
+    struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "mpiv_imrecv: out of memory for a request");
     proto_imrecv(buf, size, (pkt_t *)*msg, r);
@@ -1436,7 +1436,7 @@ int mpiv_cancel(mpiv_request_t *req, int *cancelled)
     if (proto_test(r) || !proto_cancel_recv(r))
         return MPIV_SUCCESS; /* matched: it completes as usual */
     req_put_mr(r);
-    free(r);
+    proto_req_delete(r);
     *req = MPIV_REQUEST_NULL;
     *cancelled = 1;
     return MPIV_SUCCESS;

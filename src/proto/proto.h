@@ -261,6 +261,13 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
  * like a receive that matched it. */
 void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r);
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status);
+/* The requests of the non-blocking calls (req.c): from a per-pthread
+ * cache in front of malloc. proto_req_new returns NULL when out of
+ * memory; proto_req_delete(NULL) does nothing. proto_req_cache_flush
+ * empties the calling pthread's cache (mpiv_finalize). */
+struct mpiv_request *proto_req_new(void);
+void proto_req_delete(struct mpiv_request *r);
+void proto_req_cache_flush(void);
 /* 1 if r is complete (a later proto_wait returns at once), else 0. */
 int proto_test(struct mpiv_request *r);
 /* Takes posted receive r back out of the matching table; false if a

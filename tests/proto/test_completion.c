@@ -4,6 +4,8 @@
  * ranks; ranks pair up as (0,1), (2,3).
  */
 #include <check.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +219,133 @@ START_TEST(ssend_waits_for_the_receive)
 }
 END_TEST
 
+/* --- the request cache (src/proto/req.c, C1-C4) ------------------------ */
+
+/* A request returned by a wait is the next one the same pthread gets (the
+ * cache is in use at all). */
+START_TEST(a_freed_request_is_reused)
+{
+    if (partner < 0)
+        return;
+    int out = me, in = -1;
+    mpiv_request_t r, again;
+    OK(mpiv_irecv(&in, sizeof in, partner, 80, &r));
+    mpiv_request_t seen = r;
+    OK(mpiv_send(&out, sizeof out, partner, 80));
+    OK(mpiv_wait(&r, NULL));
+    ck_assert_int_eq(in, partner);
+    OK(mpiv_irecv(&in, sizeof in, partner, 81, &again));
+    ck_assert_ptr_eq(again, seen);
+    OK(mpiv_send(&out, sizeof out, partner, 81));
+    OK(mpiv_wait(&again, NULL));
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* C1: requests taken on one pthread are completed and freed on another,
+ * round after round, while every pthread also takes its own: each ends
+ * in the list of the pthread that freed it, and no list is shared (TSan
+ * sees a race if one were). The payloads say which round and thread. */
+enum { RC_THREADS = 4, RC_WINDOW = 64, RC_ROUNDS = 40 };
+static mpiv_request_t rc_handed[RC_THREADS][RC_WINDOW];
+static int rc_in[RC_THREADS][RC_WINDOW];
+static pthread_barrier_t rc_bar;
+static int rc_bad;
+
+static void *rc_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg, from = (t + RC_THREADS - 1) % RC_THREADS;
+    int out[RC_WINDOW];
+    for (int round = 0; round < RC_ROUNDS; round++) {
+        mpiv_request_t sends[RC_WINDOW];
+        for (int i = 0; i < RC_WINDOW; i++) {
+            int tag = 1000 + t * RC_WINDOW + i;
+            out[i] = round * 100000 + t * 1000 + i;
+            if (mpiv_irecv(&rc_in[t][i], sizeof(int), partner, tag, &rc_handed[t][i]) ||
+                mpiv_isend(&out[i], sizeof(int), partner, tag, &sends[i]))
+                __atomic_store_n(&rc_bad, 1, __ATOMIC_RELAXED);
+        }
+        if (mpiv_waitall(RC_WINDOW, sends, NULL))
+            __atomic_store_n(&rc_bad, 1, __ATOMIC_RELAXED);
+        pthread_barrier_wait(&rc_bar); /* every thread's receives posted */
+        for (int i = 0; i < RC_WINDOW; i++) {
+            if (mpiv_wait(&rc_handed[from][i], NULL) ||
+                rc_in[from][i] != round * 100000 + from * 1000 + i)
+                __atomic_store_n(&rc_bad, 1, __ATOMIC_RELAXED);
+        }
+        pthread_barrier_wait(&rc_bar); /* their buffers are free again */
+    }
+    return NULL;
+}
+
+START_TEST(requests_change_pthreads)
+{
+    if (partner < 0)
+        return;
+    pthread_t th[RC_THREADS];
+    rc_bad = 0;
+    pthread_barrier_init(&rc_bar, NULL, RC_THREADS);
+    for (int t = 0; t < RC_THREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL, rc_thread, (void *)(intptr_t)t), 0);
+    for (int t = 0; t < RC_THREADS; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&rc_bar);
+    ck_assert_msg(!rc_bad, "a request handed between pthreads failed or carried the wrong "
+                           "payload");
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* C4: pthreads that fill their cache and exit give it back. 48 of them
+ * would leave about 48 x 256 requests (2 MB and more) behind if not. */
+enum { LP_THREADS = 48, LP_WINDOW = 300 };
+
+static void *lp_thread(void *arg)
+{
+    int *bad = arg;
+    static _Thread_local int in[LP_WINDOW], out[LP_WINDOW];
+    mpiv_request_t r[2 * LP_WINDOW];
+    for (int i = 0; i < LP_WINDOW; i++) {
+        out[i] = i;
+        if (mpiv_irecv(&in[i], sizeof(int), partner, 2000 + i, &r[i]) ||
+            mpiv_isend(&out[i], sizeof(int), partner, 2000 + i, &r[LP_WINDOW + i]))
+            *bad = 1;
+    }
+    if (mpiv_waitall(2 * LP_WINDOW, r, NULL))
+        *bad = 1;
+    for (int i = 0; i < LP_WINDOW; i++)
+        if (in[i] != i)
+            *bad = 1;
+    return NULL;
+}
+
+static size_t heap_in_use(void) { return mallinfo2().uordblks; }
+
+START_TEST(exiting_pthreads_return_their_requests)
+{
+    if (partner < 0)
+        return;
+    int bad = 0;
+    size_t before = 0;
+    for (int t = 0; t < LP_THREADS; t++) {
+        pthread_t th;
+        ck_assert_int_eq(pthread_create(&th, NULL, lp_thread, &bad), 0);
+        pthread_join(th, NULL);
+        OK(mpiv_barrier()); /* the partner's thread is done with the tags */
+        if (t == 1)
+            before = heap_in_use(); /* after the pool and tables grew */
+    }
+    ck_assert_msg(!bad, "a short-lived pthread's messages failed");
+    size_t after = heap_in_use();
+    /* mallinfo2 reads 0 under a sanitizer's malloc; LeakSanitizer checks
+     * the same there */
+    ck_assert_msg(after < before + ((size_t)1 << 20),
+                  "the heap grew by %zu bytes over %d pthreads that exited", after - before,
+                  LP_THREADS - 2);
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static int cp_init(int *argc, char ***argv)
 {
     int rc = mpiv_init(argc, argv);
@@ -240,6 +369,9 @@ static Suite *cp_suite(void)
     tcase_add_test(tc, cancel);
     tcase_add_test(tc, sendrecv_ring);
     tcase_add_test(tc, ssend_waits_for_the_receive);
+    tcase_add_test(tc, a_freed_request_is_reused);
+    tcase_add_test(tc, requests_change_pthreads);
+    tcase_add_test(tc, exiting_pthreads_return_their_requests);
     suite_add_tcase(s, tc);
     return s;
 }
