@@ -951,7 +951,7 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
     size_t eager_max = proto_eager_max(dest);
     bool eager = !sync && size <= eager_max &&
                  (dest == proto.rank || credit_take(dest, eager_cost(size)));
-    if (eager && dest != proto.rank && size + sizeof(struct proto_hdr) <= srv_inline_max(dest)) {
+    if (eager && size + sizeof(struct proto_hdr) <= proto.inline_max[dest]) {
         /* Straight into the transport, no packet (shm) when nothing is
          * queued ahead of it; else the packet path below, in order. */
         struct proto_hdr hd;
@@ -1091,13 +1091,15 @@ int proto_p2p_init(void)
     size_t n = (size_t)proto.size;
     proto.credit = calloc(n, sizeof *proto.credit);
     proto.owed = calloc(n, sizeof *proto.owed);
-    if (!proto.credit || !proto.owed) {
+    proto.inline_max = calloc(n, sizeof *proto.inline_max);
+    if (!proto.credit || !proto.owed || !proto.inline_max) {
         proto_p2p_fini();
         return util_err(MPIV_ERR_NO_RESOURCES, "out of memory for %zu ranks' credit", n);
     }
     for (size_t i = 0; i < n; i++) {
         atomic_init(&proto.credit[i], proto.credit_max);
         atomic_init(&proto.owed[i], 0);
+        proto.inline_max[i] = (int)i == proto.rank ? 0 : srv_inline_max((int)i);
     }
     return MPIV_SUCCESS;
 }
@@ -1106,8 +1108,10 @@ void proto_p2p_fini(void)
 {
     free(proto.credit);
     free(proto.owed);
+    free(proto.inline_max);
     proto.credit = NULL;
     proto.owed = NULL;
+    proto.inline_max = NULL;
 }
 
 /* --- public API --------------------------------------------------------------- */

@@ -233,6 +233,10 @@ struct proto_state {
     long credit_max;
     atomic_long *credit;
     atomic_long *owed;
+    /* Per peer, srv_inline_max(peer) (0 for our own rank), read once at
+     * proto_p2p_init: a transport's limit does not change while the job
+     * runs, and the exact path reads it twice per send. */
+    size_t *inline_max;
     int initialized;
 };
 extern struct proto_state proto;
@@ -243,7 +247,7 @@ extern struct proto_state proto;
  * packet's worth (sends to our own rank are handed over as packets). */
 static inline size_t proto_eager_max(int peer)
 {
-    size_t m = peer == proto.rank ? 0 : srv_inline_max(peer);
+    size_t m = proto.inline_max[peer];
     m = m > sizeof(struct proto_hdr) ? m - sizeof(struct proto_hdr) : 0;
     return m > proto.eager_limit ? m : proto.eager_limit;
 }
