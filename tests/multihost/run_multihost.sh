@@ -16,6 +16,7 @@
 #     is left in either namespace.
 #  4. Host B's ranks offered loopback only: the job fails within seconds,
 #     saying so, instead of hanging.
+#  5. One rank on each host: auto picks the network alone; the suite runs.
 # Needs root, ip(8) and unshare(1); exits 77 (skipped) otherwise. Creates
 # and removes its own namespaces.
 # Usage: run_multihost.sh MPIV_RUN AS_HOST TEST_P2P BFS
@@ -55,7 +56,7 @@ LAUNCH="env FI_TCP_IFACE=mpiv0 $AS_HOST {host}"
 job() {
     net=$1
     shift
-    ip netns exec "$A" "$RUN" -n 4 -H "$A,$B" --map-by block --bind 10.78.0.1 \
+    ip netns exec "$A" "$RUN" -n "${NP:-4}" -H "$A,$B" --map-by block --bind 10.78.0.1 \
         --launcher "$LAUNCH" --timeout "$limit" --tag-output \
         -x MPIV_NET="$net" -x MPIV_LOG=info -x CK_FORK=no "$@"
 }
@@ -147,6 +148,16 @@ for ns in "$A" "$B"; do
     [ -z "$left" ] || fail "processes left in $ns: $left"
 done
 echo "ok: kill -9 of rank 2 on one host ended the job on both within $((T1 - T0)) s"
+
+# 5 (before 4, which changes the launcher). One rank on each host: auto
+#    picks the network alone (shm would carry nothing), and the suite runs.
+NP=2 job auto "$P2P" >"$OUT" 2>&1 || fail "one rank per host: the suite exited $?"
+for r in 0 1; do
+    grep -q "^\[$r\] .*server: rank $r of 2, backend ofi," "$OUT" ||
+        fail "one rank per host: rank $r's backend is not ofi alone"
+done
+grep -q "server: shm carries" "$OUT" && fail "one rank per host: shm carries a rank"
+echo "ok: one rank per host: ofi alone"
 
 # 4. host B's ranks find only loopback (FI_TCP_IFACE=lo there: what tcp
 #    offers while an interface has no carrier yet), which the other host
