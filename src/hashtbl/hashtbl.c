@@ -67,6 +67,13 @@
  *       lock dropped and the operation starts over (the stripe may have
  *       changed meanwhile: everything is looked up again). Allocation may
  *       make a system call, and a spinlock must never be held across one.
+ *   I9  A stripe keeps at most one empty queue (s->keep: count 0, a ring
+ *       of at most HT_KEEP_CAP values), only ever reached through the
+ *       stripe under its lock: the next key of the stripe that needs a
+ *       queue takes it instead of allocating one. A window of receives
+ *       (or of messages) under one key builds the same queue every round;
+ *       kept, it is neither allocated nor grown again. Freed with the
+ *       table.
  *
  * Values must be non-NULL pointers (ht_val(NULL, HT_KIND_REQ) would read
  * as HT_EMPTY). The table owns its buckets and queues, never the values.
@@ -80,6 +87,7 @@
 
 #define HT_SLOTS 3           /* {key, value} entries per bucket            */
 #define HT_QINLINE 5         /* values a queue holds before its ring grows */
+#define HT_KEEP_CAP 256      /* the largest ring a stripe keeps (I9)        */
 #define HT_STRIPES_MAX 4096  /* more locks than this buy nothing           */
 #define HT_STRIPE_SHIFT 52   /* hash bits 52..63 pick the stripe           */
 #define HT_BUCKETS_PER_STRIPE 4 /* at creation, while stripes are added     */
@@ -108,6 +116,9 @@ struct ht_stripe {
     size_t used;         /* entries in use (keys present)          */
     size_t min_mask;     /* the size it started with: never below  */
     size_t grows, shrinks;
+    /* The last queue that emptied here, kept for the next key that needs
+     * one (I9), or NULL. */
+    struct ht_queue *keep;
 };
 _Static_assert(sizeof(struct ht_stripe) == UTIL_CACHELINE, "a stripe is one cache line");
 
@@ -117,6 +128,9 @@ struct ht_table {
     /* The gate (hashtbl.h): non-zero while the ordered path is in use. In
      * the same line as the two fields every operation reads anyway. */
     _Atomic long gate;
+    /* Queue lines and rings allocated (ht_stats), counted on the slow
+     * path only. */
+    _Atomic size_t qallocs;
 };
 
 /* Relaxed: read under a stripe's lock, and an opener changes it before it
@@ -205,6 +219,7 @@ int ht_create(struct ht_table **t, size_t nbuckets)
     memset(tb->stripes, 0, nstripes * sizeof *tb->stripes);
     tb->smask = nstripes - 1;
     atomic_init(&tb->gate, 0);
+    atomic_init(&tb->qallocs, 0);
     for (size_t i = 0; i < nstripes; i++) {
         struct ht_stripe *s = &tb->stripes[i];
         util_spin_init(&s->lock);
@@ -239,6 +254,8 @@ void ht_destroy(struct ht_table *t)
             for (int e = 0; e < HT_SLOTS; e++)
                 if (s->b[j].qmask & (1u << e))
                     ht_queue_free(ht_ptr(s->b[j].e[e].val));
+        if (s->keep)
+            ht_queue_free(s->keep);
         free(s->b);
     }
     free(t->stripes);
@@ -403,17 +420,23 @@ search:;
                     ret = HT_DEFER;
                     goto done;
                 }
-                /* A second value of the same kind: start a queue. */
-                if (!spare)
-                    goto need_line;
-                struct ht_queue *q = spare;
-                spare = NULL;
-                q->ring = q->inl;
-                q->cap = HT_QINLINE;
+                /* A second value of the same kind: start a queue, the
+                 * stripe's kept one if it has one (I9). */
+                struct ht_queue *q = s->keep;
+                if (q) {
+                    s->keep = NULL;
+                } else {
+                    if (!spare)
+                        goto need_line;
+                    q = spare;
+                    spare = NULL;
+                    q->ring = q->inl;
+                    q->cap = HT_QINLINE;
+                }
                 q->head = 0;
                 q->count = 2;
-                q->inl[0] = cur;
-                q->inl[1] = v;
+                q->ring[0] = cur;
+                q->ring[1] = v;
                 b->e[j].val = (uintptr_t)q | ht_kind(cur);
                 b->qmask |= 1u << j;
                 goto done;
@@ -427,7 +450,10 @@ search:;
                 if (q->count > 0)
                     goto done;
                 b->qmask &= ~(1u << j);
-                garbage = q;
+                if (!s->keep && q->cap <= HT_KEEP_CAP)
+                    s->keep = q; /* I9 */
+                else
+                    garbage = q;
                 goto emptied;
             }
             if (!insert)
@@ -449,6 +475,7 @@ search:;
             util_spin_unlock(&s->lock);
             free(spare_ring);
             spare_ring = malloc(spare_cap * sizeof *spare_ring);
+            atomic_fetch_add_explicit(&t->qallocs, 1, memory_order_relaxed);
             if (!spare_ring)
                 util_fatal("matching table: out of memory for a queue of %u values", spare_cap);
             goto retry;
@@ -519,6 +546,7 @@ done:
 need_line:
     util_spin_unlock(&s->lock);
     spare = ht_line_alloc();
+    atomic_fetch_add_explicit(&t->qallocs, 1, memory_order_relaxed);
     goto retry;
 }
 
@@ -613,6 +641,7 @@ void ht_stats(struct ht_table *t, struct ht_stats *st)
 {
     memset(st, 0, sizeof *st);
     st->stripes = t->smask + 1;
+    st->queue_allocs = atomic_load_explicit(&t->qallocs, memory_order_relaxed);
     for (size_t i = 0; i <= t->smask; i++) {
         struct ht_stripe *s = &t->stripes[i];
         util_spin_lock(&s->lock);

@@ -183,6 +183,7 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
  * stripe in turn, like ht_count. */
 struct ht_stats {
     size_t stripes, buckets, keys, grows, shrinks;
+    size_t queue_allocs; /* per-key queue lines and rings allocated */
 };
 void ht_stats(struct ht_table *t, struct ht_stats *st);
 

@@ -155,6 +155,68 @@ START_TEST(fifo_interleaved_with_wraparound)
 }
 END_TEST
 
+static size_t queue_allocs(struct ht_table *t)
+{
+    struct ht_stats st;
+    ht_stats(t, &st);
+    return st.queue_allocs;
+}
+
+/* I9: a window of values under one key, round after round, builds its
+ * queue once: the emptied queue (and its grown ring) is kept by the
+ * stripe and taken by the next round, in FIFO order every time. */
+START_TEST(emptied_queue_is_kept_for_the_next)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 64), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 3, 77);
+    size_t first = 0;
+    for (int round = 0; round < 100; round++) {
+        for (int i = 0; i < 64; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, R(i)), HT_EMPTY);
+        for (int i = 0; i < 64; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, P(0)), R(i));
+        ck_assert_uint_eq(ht_count(t), 0);
+        if (round == 0)
+            first = queue_allocs(t);
+    }
+    ck_assert_uint_gt(first, 0);
+    ck_assert_uint_eq(queue_allocs(t), first);
+    /* windows of other sizes reuse it too, in order, and may grow it */
+    for (int round = 0; round < 200; round++) {
+        int n = 2 + (round * 37) % 150;
+        ht_key kk = ht_make_key(HT_CTX_USER, 3, (uint32_t)(round % 3));
+        for (int i = 0; i < n; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, kk, P(i)), HT_EMPTY);
+        for (int i = 0; i < n; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, kk, R(0)), P(i));
+    }
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t); /* frees the kept queues (LeakSanitizer) */
+}
+END_TEST
+
+/* I9's bound: a ring of more than HT_KEEP_CAP (256) values is not kept,
+ * so the next round allocates again. */
+START_TEST(big_queue_is_not_kept)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 64), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 1, 1);
+    size_t allocs[3];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 1000; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, R(i)), HT_EMPTY);
+        for (int i = 0; i < 1000; i++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, P(0)), R(i));
+        allocs[round] = queue_allocs(t);
+    }
+    ck_assert_uint_gt(allocs[1], allocs[0]);
+    ck_assert_uint_gt(allocs[2], allocs[1]);
+    ht_destroy(t);
+}
+END_TEST
+
 /* One bucket, many keys: everything lives in overflow chains, entries are
  * freed from the middle of a chain and reused, chains shrink back. */
 START_TEST(overflow_chains)
@@ -480,6 +542,8 @@ static Suite *hashtbl_suite(void)
     tcase_add_test(tc, huge_initial_size_is_capped);
     tcase_add_test(tc, config_range_of_ht_buckets);
     tcase_add_test(tc, remove_if_keeps_the_rest_in_order);
+    tcase_add_test(tc, emptied_queue_is_kept_for_the_next);
+    tcase_add_test(tc, big_queue_is_not_kept);
     suite_add_tcase(s, tc);
     return s;
 }
