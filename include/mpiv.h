@@ -214,6 +214,11 @@ typedef struct mpiv_status {
 typedef struct mpiv_request *mpiv_request_t;
 #define MPIV_REQUEST_NULL ((mpiv_request_t)0)
 
+/* A communicator (see "Communicators and collectives" below). The calls
+ * named *_comm take one: their ranks (dest, source, status->source) are
+ * ranks of that communicator, and they match only its messages. */
+typedef struct mpiv_comm *mpiv_comm_t;
+
 /* Blocking send of `size` bytes to rank `dest` with `tag`. Returns when buf
  * may be reused (a large message, or one past the receiver's buffering,
  * see the top of this file: once its receive has started taking it).
@@ -296,6 +301,16 @@ typedef struct mpiv_message *mpiv_message_t;
  * may be NULL. MPIV_ERR_PEER once nothing can come from a failed source. */
 int mpiv_iprobe(int source, int tag, int *flag, mpiv_status_t *status);
 int mpiv_probe(int source, int tag, mpiv_status_t *status);
+/* The same on comm: source is a rank of comm or MPIV_ANY_SOURCE (any
+ * member), only comm's messages are seen (one with the same source and
+ * tag on another communicator, the world included, is not), and
+ * status->source is a rank of comm. Errors as mpiv_recv_comm's checks:
+ * MPIV_ERR_ARG for MPIV_COMM_NULL or a freed comm, MPIV_ERR_RANK for a
+ * source outside [0, size) of comm, MPIV_ERR_TAG. Cost over the world
+ * calls: the handle check and one array lookup per call, and a binary
+ * search over comm's ranks when a status is filled in. */
+int mpiv_iprobe_comm(int source, int tag, mpiv_comm_t comm, int *flag, mpiv_status_t *status);
+int mpiv_probe_comm(int source, int tag, mpiv_comm_t comm, mpiv_status_t *status);
 
 /* Matched probes: as mpiv_iprobe / mpiv_probe, and the message is taken
  * out of matching and handed over in *msg (MPIV_MESSAGE_NULL when
@@ -303,10 +318,22 @@ int mpiv_probe(int source, int tag, mpiv_status_t *status);
  * size (a large one is moved by mpiv_mrecv). */
 int mpiv_improbe(int source, int tag, int *flag, mpiv_message_t *msg, mpiv_status_t *status);
 int mpiv_mprobe(int source, int tag, mpiv_message_t *msg, mpiv_status_t *status);
+/* The same on comm (ranks, isolation, errors and cost as mpiv_iprobe_comm).
+ * The message remembers its communicator: mpiv_mrecv / mpiv_imrecv of it
+ * report status->source as a rank of comm (a lookup by the message's
+ * context and a binary search more). Receive it before freeing comm (it
+ * is an operation on comm; after the free its status names world
+ * ranks). */
+int mpiv_improbe_comm(int source, int tag, mpiv_comm_t comm, int *flag, mpiv_message_t *msg,
+                      mpiv_status_t *status);
+int mpiv_mprobe_comm(int source, int tag, mpiv_comm_t comm, mpiv_message_t *msg,
+                     mpiv_status_t *status);
 
 /* Receives the message *msg names into buf (size bytes; larger messages
  * fail with MPIV_ERR_TRUNCATE as mpiv_recv does) and sets *msg to
- * MPIV_MESSAGE_NULL. mpiv_imrecv starts it and returns a request. */
+ * MPIV_MESSAGE_NULL. mpiv_imrecv starts it and returns a request. For a
+ * message from mpiv_mprobe_comm / mpiv_improbe_comm the status names
+ * ranks of that communicator. */
 int mpiv_mrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_status_t *status);
 int mpiv_imrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_request_t *req);
 
@@ -352,12 +379,28 @@ int mpiv_cancel(mpiv_request_t *req, int *cancelled);
  * (the receive's, or the send's). */
 int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
                   size_t recvsize, int source, int recvtag, mpiv_status_t *status);
+/* The same on comm: dest and source are ranks of comm (source may be
+ * MPIV_ANY_SOURCE: any member), both sides match only comm's messages,
+ * status->source is a rank of comm. Errors as mpiv_send_comm and
+ * mpiv_recv_comm (MPIV_ERR_ARG for MPIV_COMM_NULL or a freed comm,
+ * MPIV_ERR_RANK outside [0, size) of comm), before anything is sent.
+ * Cost over mpiv_sendrecv: two handle checks and array lookups, and a
+ * binary search over comm's ranks for the status. */
+int mpiv_sendrecv_comm(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
+                       size_t recvsize, int source, int recvtag, mpiv_comm_t comm,
+                       mpiv_status_t *status);
 
 /* Synchronous send: completes only once a receive on dest matched the
  * message (it always goes as a rendezvous: one round trip more than an
  * eager send for a small message). Errors as mpiv_send. */
 int mpiv_ssend(const void *buf, size_t size, int dest, int tag);
 int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req);
+/* The same to rank dest of comm, matched only by a receive on comm;
+ * errors as mpiv_send_comm. Cost over the world calls: the handle check
+ * and one array lookup. */
+int mpiv_ssend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm);
+int mpiv_issend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm,
+                     mpiv_request_t *req);
 
 /* ------------------------------------------------------------------------ */
 /* Communicators and collectives                                            */
@@ -386,7 +429,6 @@ int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t 
  * Handles: MPIV_COMM_NULL or what dup / split returned. A freed handle must
  * not be used again (MPIV_ERR_ARG while its slot stays free; once another
  * communicator takes the slot it names that one). */
-typedef struct mpiv_comm *mpiv_comm_t;
 extern struct mpiv_comm mpiv_comm_world_;
 #define MPIV_COMM_WORLD (&mpiv_comm_world_)
 #define MPIV_COMM_NULL ((mpiv_comm_t)0)
@@ -415,7 +457,9 @@ int mpiv_comm_split(mpiv_comm_t comm, int color, int key, mpiv_comm_t *newcomm);
 int mpiv_comm_free(mpiv_comm_t *comm);
 
 /* Point-to-point on a communicator: as mpiv_send / mpiv_recv / mpiv_isend /
- * mpiv_irecv, with dest and source ranks of comm (MPIV_ERR_RANK outside
+ * mpiv_irecv (the probes, mpiv_sendrecv_comm and the synchronous sends on
+ * a communicator stand next to their world forms above), with dest and
+ * source ranks of comm (MPIV_ERR_RANK outside
  * [0, size)); receives take MPIV_ANY_SOURCE (any member of comm) and
  * MPIV_ANY_TAG as the world calls do; status->source is a rank of comm. The cost over the world
  * calls is one array lookup per call (and a binary search over comm's

@@ -55,6 +55,7 @@ int proto_comm_init(void)
         atomic_init(&comm_table[i].busy, false);
     }
     atomic_store_explicit(&w->live, true, memory_order_release);
+    proto.comms = comm_table;
     return MPIV_SUCCESS;
 }
 
@@ -71,6 +72,7 @@ void proto_comm_fini(void)
         }
     }
     atomic_store_explicit(&mpiv_comm_world_.live, false, memory_order_relaxed);
+    proto.comms = NULL;
 }
 
 int comm_check(const struct mpiv_comm *c, const char *fn)
@@ -364,54 +366,69 @@ int mpiv_comm_free(mpiv_comm_t *comm)
 
 /* recv: the source and tag may be wildcards (MPIV_ANY_SOURCE, MPIV_ANY_TAG;
  * the context keeps an ANY_SOURCE receive to the communicator's members). */
-static int p2p_check(struct mpiv_comm *c, bool recv, const void *buf, size_t size, int peer,
-                     int tag, const char *fn)
+int comm_target(struct mpiv_comm *c, bool recv, const void *buf, size_t size, int *peer, int tag,
+                int *ctx, const char *fn)
 {
     int rc = comm_check(c, fn);
     if (rc)
         return rc;
-    if (util_unlikely((peer < 0 || peer >= c->size) && !(recv && peer == MPIV_ANY_SOURCE)))
+    int p = *peer;
+    if (util_unlikely((p < 0 || p >= c->size) && !(recv && p == MPIV_ANY_SOURCE)))
         return util_err(MPIV_ERR_RANK, "%s: rank %d is outside [0, %d) of the communicator", fn,
-                        peer, c->size);
+                        p, c->size);
     if (util_unlikely((tag < 0 || tag > MPIV_TAG_MAX) && !(recv && tag == MPIV_ANY_TAG)))
         return util_err(MPIV_ERR_TAG, "%s: tag %d is outside [0, MPIV_TAG_MAX]", fn, tag);
     if (util_unlikely(!buf && size))
         return util_err(MPIV_ERR_ARG, "%s: NULL buffer with size %zu", fn, size);
+    *peer = p == MPIV_ANY_SOURCE ? p : comm_to_world(c, p);
+    *ctx = (int)COMM_CTX_USER(c->id);
     return MPIV_SUCCESS;
 }
 
-/* Starts a send or receive on c in request r (r->comm set, so that its
- * status names ranks of c). */
-static int comm_start(bool send, struct mpiv_comm *c, void *buf, size_t size, int peer, int tag,
-                      struct mpiv_request *r)
+/* Starts a send, synchronous send or receive on c (arguments checked and
+ * translated by comm_target) in request r, with r->comm set so that its
+ * status names ranks of c. */
+static int comm_start(enum proto_op op, struct mpiv_comm *c, void *buf, size_t size, int w,
+                      int tag, int ctx, struct mpiv_request *r)
 {
-    int w = peer == MPIV_ANY_SOURCE ? peer : comm_to_world(c, peer);
-    unsigned ctx = COMM_CTX_USER(c->id);
-    int rc = send ? proto_isend(buf, size, w, tag, (int)ctx, r)
-                  : proto_irecv(buf, size, w, tag, (int)ctx, r);
+    int rc = proto_start(op, buf, size, w, tag, ctx, r);
     /* only the owner reads r->comm (proto_wait), so after the start is fine */
-    r->comm = c->world ? c : NULL;
+    r->comm = comm_status_map(c);
     return rc;
+}
+
+/* mpiv_send_comm and mpiv_ssend_comm (op). */
+static int comm_send(enum proto_op op, struct mpiv_comm *c, const void *buf, size_t size,
+                     int dest, int tag, const char *fn)
+{
+    int ctx;
+    int rc = comm_target(c, false, buf, size, &dest, tag, &ctx, fn);
+    if (rc)
+        return rc;
+    struct mpiv_request r;
+    rc = comm_start(op, c, (void *)buf, size, dest, tag, ctx, &r);
+    return rc ? rc : proto_wait(&r, NULL);
 }
 
 int mpiv_send_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm)
 {
-    int rc = p2p_check(comm, false, buf, size, dest, tag, __func__);
-    if (rc)
-        return rc;
-    struct mpiv_request r;
-    rc = comm_start(true, comm, (void *)buf, size, dest, tag, &r);
-    return rc ? rc : proto_wait(&r, NULL);
+    return comm_send(PROTO_OP_SEND, comm, buf, size, dest, tag, __func__);
+}
+
+int mpiv_ssend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm)
+{
+    return comm_send(PROTO_OP_SSEND, comm, buf, size, dest, tag, __func__);
 }
 
 int mpiv_recv_comm(void *buf, size_t size, int source, int tag, mpiv_comm_t comm,
                    mpiv_status_t *status)
 {
-    int rc = p2p_check(comm, true, buf, size, source, tag, __func__);
+    int w = source, ctx;
+    int rc = comm_target(comm, true, buf, size, &w, tag, &ctx, __func__);
     if (rc)
         return rc;
     struct mpiv_request r;
-    rc = comm_start(false, comm, buf, size, source, tag, &r);
+    rc = comm_start(PROTO_OP_RECV, comm, buf, size, w, tag, ctx, &r);
     if (rc)
         return rc;
     rc = proto_wait(&r, status);
@@ -421,19 +438,20 @@ int mpiv_recv_comm(void *buf, size_t size, int source, int tag, mpiv_comm_t comm
     return rc;
 }
 
-static int comm_start_nb(bool send, struct mpiv_comm *c, void *buf, size_t size, int peer,
+static int comm_start_nb(enum proto_op op, struct mpiv_comm *c, void *buf, size_t size, int peer,
                          int tag, mpiv_request_t *req, const char *fn)
 {
     if (!req)
         return util_err(MPIV_ERR_ARG, "%s: req is NULL", fn);
     *req = MPIV_REQUEST_NULL;
-    int rc = p2p_check(c, !send, buf, size, peer, tag, fn);
+    int ctx;
+    int rc = comm_target(c, op == PROTO_OP_RECV, buf, size, &peer, tag, &ctx, fn);
     if (rc)
         return rc;
     struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    rc = comm_start(send, c, buf, size, peer, tag, r);
+    rc = comm_start(op, c, buf, size, peer, tag, ctx, r);
     if (rc) {
         proto_req_delete(r);
         return rc;
@@ -445,11 +463,68 @@ static int comm_start_nb(bool send, struct mpiv_comm *c, void *buf, size_t size,
 int mpiv_isend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm,
                     mpiv_request_t *req)
 {
-    return comm_start_nb(true, comm, (void *)buf, size, dest, tag, req, __func__);
+    return comm_start_nb(PROTO_OP_SEND, comm, (void *)buf, size, dest, tag, req, __func__);
+}
+
+int mpiv_issend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm,
+                     mpiv_request_t *req)
+{
+    return comm_start_nb(PROTO_OP_SSEND, comm, (void *)buf, size, dest, tag, req, __func__);
 }
 
 int mpiv_irecv_comm(void *buf, size_t size, int source, int tag, mpiv_comm_t comm,
                     mpiv_request_t *req)
 {
-    return comm_start_nb(false, comm, buf, size, source, tag, req, __func__);
+    return comm_start_nb(PROTO_OP_RECV, comm, buf, size, source, tag, req, __func__);
+}
+
+/* Probes and sendrecv: p2p.c's bodies, shared with the world calls. The
+ * communicator is only looked at once comm_target found it live. */
+
+int mpiv_iprobe_comm(int source, int tag, mpiv_comm_t comm, int *flag, mpiv_status_t *status)
+{
+    int ctx = 0;
+    int rc = comm_target(comm, true, NULL, 0, &source, tag, &ctx, __func__);
+    return proto_iprobe_on(rc, rc ? NULL : comm_status_map(comm), source, tag, ctx, flag, status,
+                           __func__);
+}
+
+int mpiv_probe_comm(int source, int tag, mpiv_comm_t comm, mpiv_status_t *status)
+{
+    int ctx = 0;
+    int rc = comm_target(comm, true, NULL, 0, &source, tag, &ctx, __func__);
+    return proto_probe_on(rc, rc ? NULL : comm_status_map(comm), source, tag, ctx, status);
+}
+
+int mpiv_improbe_comm(int source, int tag, mpiv_comm_t comm, int *flag, mpiv_message_t *msg,
+                      mpiv_status_t *status)
+{
+    int ctx = 0;
+    int rc = comm_target(comm, true, NULL, 0, &source, tag, &ctx, __func__);
+    return proto_improbe_on(rc, rc ? NULL : comm_status_map(comm), source, tag, ctx, flag, msg,
+                            status, __func__);
+}
+
+int mpiv_mprobe_comm(int source, int tag, mpiv_comm_t comm, mpiv_message_t *msg,
+                     mpiv_status_t *status)
+{
+    int ctx = 0;
+    int rc = comm_target(comm, true, NULL, 0, &source, tag, &ctx, __func__);
+    return proto_mprobe_on(rc, rc ? NULL : comm_status_map(comm), source, tag, ctx, msg, status,
+                           __func__);
+}
+
+int mpiv_sendrecv_comm(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
+                       size_t recvsize, int source, int recvtag, mpiv_comm_t comm,
+                       mpiv_status_t *status)
+{
+    int sctx, rctx;
+    int rc = comm_target(comm, false, sendbuf, sendsize, &dest, sendtag, &sctx, __func__);
+    if (rc)
+        return rc;
+    rc = comm_target(comm, true, recvbuf, recvsize, &source, recvtag, &rctx, __func__);
+    if (rc)
+        return rc;
+    return proto_sendrecv_on(comm_status_map(comm), sendbuf, sendsize, dest, sendtag, sctx,
+                             recvbuf, recvsize, source, recvtag, rctx, status);
 }

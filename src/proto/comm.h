@@ -64,9 +64,60 @@ static inline int comm_from_world(const struct mpiv_comm *c, int w)
     return lo < c->size && c->rev[lo].world == w ? c->rev[lo].rank : -1;
 }
 
+/* What a request's comm field (proto.h) holds for a status in c's ranks:
+ * NULL when they are world ranks already (the world, or no communicator). */
+static inline const struct mpiv_comm *comm_status_map(const struct mpiv_comm *c)
+{
+    return c && c->world ? c : NULL;
+}
+
 /* MPIV_SUCCESS if c is a live communicator handle (and MPIv is up), else
  * the error (MPIV_ERR_STATE, MPIV_ERR_ARG) after util_err naming fn. */
 int comm_check(const struct mpiv_comm *c, const char *fn);
+
+/* Checks a point-to-point call's arguments on c (the handle, *peer in
+ * [0, size) of c, tag, buf NULL only with size 0; a receive or probe
+ * (recv) may pass MPIV_ANY_SOURCE and MPIV_ANY_TAG), then turns *peer into
+ * a world rank (a wildcard stays) and gives c's user context in *ctx.
+ * Errors as comm_check, MPIV_ERR_RANK, MPIV_ERR_TAG, MPIV_ERR_ARG. */
+int comm_target(struct mpiv_comm *c, bool recv, const void *buf, size_t size, int *peer, int tag,
+                int *ctx, const char *fn);
+
+/* The communicator whose context ctx is, as comm_status_map gives it:
+ * NULL for the world's, or a slot not live. A message taken by a matched
+ * probe is its packet, whose header names the context: mpiv_mrecv's
+ * status is in the ranks of the communicator it was probed on. */
+static inline const struct mpiv_comm *comm_of_ctx(unsigned ctx)
+{
+    unsigned id = ctx / 2;
+    if (id == 0 || id >= (unsigned)COMM_MAX || !proto.comms)
+        return NULL;
+    const struct mpiv_comm *c = &proto.comms[id];
+    /* acquire: its maps were written before live (comm.c) */
+    if (!atomic_load_explicit(&c->live, memory_order_acquire))
+        return NULL;
+    return comm_status_map(c);
+}
+
+/* The bodies of the probes and of mpiv_sendrecv (p2p.c), for the world
+ * calls and the communicator calls (comm.c). `checked` is the caller's
+ * check of the source, tag (and communicator): returned, if an error,
+ * once the outputs are checked and cleared as every such call does.
+ * Ranks are world ranks (or wildcards), ctx the matching context; c is
+ * where statuses' sources are translated to (comm_status_map: NULL for
+ * world ranks). */
+int proto_iprobe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                    int *flag, mpiv_status_t *status, const char *fn);
+int proto_probe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                   mpiv_status_t *status);
+int proto_improbe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                     int *flag, mpiv_message_t *msg, mpiv_status_t *status, const char *fn);
+int proto_mprobe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                    mpiv_message_t *msg, mpiv_status_t *status, const char *fn);
+/* Arguments checked already. */
+int proto_sendrecv_on(const struct mpiv_comm *c, const void *sendbuf, size_t sendsize, int dest,
+                      int sendtag, int sendctx, void *recvbuf, size_t recvsize, int source,
+                      int recvtag, int recvctx, mpiv_status_t *status);
 
 /* Takes c's collective flag; MPIV_ERR_ARG if another caller holds it. */
 int comm_enter(struct mpiv_comm *c, const char *fn);

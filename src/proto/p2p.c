@@ -1046,6 +1046,9 @@ void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r)
 {
     const struct proto_hdr *h = proto_hdr_of(msg);
     req_init(r, PROTO_REQ_RECV, buf, size, h->src, (int)h->tag, h->ctx);
+    /* a probe on a communicator took it: its status names ranks of that
+     * communicator (before the match: the RTR reuses the packet) */
+    r->comm = comm_of_ctx(h->ctx);
     proto_match(r, msg, false);
 }
 
@@ -1167,23 +1170,27 @@ int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status
     return rc;
 }
 
-enum nb_kind { NB_RECV, NB_SEND, NB_SSEND };
+int proto_start(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                struct mpiv_request *r)
+{
+    return op == PROTO_OP_SEND    ? proto_isend(buf, size, peer, tag, ctx, r)
+           : op == PROTO_OP_SSEND ? proto_issend(buf, size, peer, tag, ctx, r)
+                                  : proto_irecv(buf, size, peer, tag, ctx, r);
+}
 
-static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
+static int start_nb(enum proto_op op, void *buf, size_t size, int peer, int tag,
                     mpiv_request_t *req, const char *fn)
 {
     if (!req)
         return util_err(MPIV_ERR_ARG, "%s: req is NULL", fn);
     *req = MPIV_REQUEST_NULL;
-    int rc = check_args_wild(buf, size, peer, tag, is_send == NB_RECV, fn);
+    int rc = check_args_wild(buf, size, peer, tag, op == PROTO_OP_RECV, fn);
     if (rc)
         return rc;
     struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    rc = is_send == NB_SEND    ? proto_isend(buf, size, peer, tag, HT_CTX_USER, r)
-         : is_send == NB_SSEND ? proto_issend(buf, size, peer, tag, HT_CTX_USER, r)
-                               : proto_irecv(buf, size, peer, tag, HT_CTX_USER, r);
+    rc = proto_start(op, buf, size, peer, tag, HT_CTX_USER, r);
     if (rc) {
         proto_req_delete(r);
         return rc;
@@ -1194,12 +1201,12 @@ static int start_nb(int is_send, void *buf, size_t size, int peer, int tag,
 
 int mpiv_isend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req)
 {
-    return start_nb(NB_SEND, (void *)buf, size, dest, tag, req, __func__);
+    return start_nb(PROTO_OP_SEND, (void *)buf, size, dest, tag, req, __func__);
 }
 
 int mpiv_irecv(void *buf, size_t size, int source, int tag, mpiv_request_t *req)
 {
-    return start_nb(NB_RECV, buf, size, source, tag, req, __func__);
+    return start_nb(PROTO_OP_RECV, buf, size, source, tag, req, __func__);
 }
 
 static void empty_status(mpiv_status_t *s)
@@ -1269,6 +1276,16 @@ static int check_match_args(int source, int tag, const char *fn)
     return check_args_wild(NULL, 0, source, tag, true, fn);
 }
 
+/* A status of world ranks given in c's ranks (c NULL: as it is). */
+static void status_out(const struct mpiv_comm *c, const mpiv_status_t *st, mpiv_status_t *out)
+{
+    if (!out)
+        return;
+    *out = *st;
+    if (c)
+        out->source = comm_from_world(c, st->source);
+}
+
 int mpiv_ssend(const void *buf, size_t size, int dest, int tag)
 {
     int rc = check_args(buf, size, dest, tag, __func__);
@@ -1283,7 +1300,7 @@ int mpiv_ssend(const void *buf, size_t size, int dest, int tag)
 
 int mpiv_issend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req)
 {
-    return start_nb(NB_SSEND, (void *)buf, size, dest, tag, req, __func__);
+    return start_nb(PROTO_OP_SSEND, (void *)buf, size, dest, tag, req, __func__);
 }
 
 int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, void *recvbuf,
@@ -1295,11 +1312,20 @@ int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, v
     rc = check_args_wild(recvbuf, recvsize, source, recvtag, true, __func__);
     if (rc)
         return rc;
+    return proto_sendrecv_on(NULL, sendbuf, sendsize, dest, sendtag, HT_CTX_USER, recvbuf,
+                             recvsize, source, recvtag, HT_CTX_USER, status);
+}
+
+int proto_sendrecv_on(const struct mpiv_comm *c, const void *sendbuf, size_t sendsize, int dest,
+                      int sendtag, int sendctx, void *recvbuf, size_t recvsize, int source,
+                      int recvtag, int recvctx, mpiv_status_t *status)
+{
     struct mpiv_request rr, rs;
-    rc = proto_irecv(recvbuf, recvsize, source, recvtag, HT_CTX_USER, &rr);
+    int rc = proto_irecv(recvbuf, recvsize, source, recvtag, recvctx, &rr);
     if (rc)
         return rc;
-    rc = proto_isend(sendbuf, sendsize, dest, sendtag, HT_CTX_USER, &rs);
+    rr.comm = c; /* only we read it, in proto_wait */
+    rc = proto_isend(sendbuf, sendsize, dest, sendtag, sendctx, &rs);
     if (rc) {
         /* rr lives on this stack: it must not stay posted */
         if (!proto_cancel_recv(&rr))
@@ -1313,16 +1339,22 @@ int mpiv_sendrecv(const void *sendbuf, size_t sendsize, int dest, int sendtag, v
 
 int mpiv_iprobe(int source, int tag, int *flag, mpiv_status_t *status)
 {
+    int checked = check_match_args(source, tag, __func__);
+    return proto_iprobe_on(checked, NULL, source, tag, HT_CTX_USER, flag, status, __func__);
+}
+
+int proto_iprobe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                    int *flag, mpiv_status_t *status, const char *fn)
+{
     if (!flag)
-        return util_err(MPIV_ERR_ARG, "mpiv_iprobe: flag is NULL");
+        return util_err(MPIV_ERR_ARG, "%s: flag is NULL", fn);
     *flag = 0;
-    int rc = check_match_args(source, tag, __func__);
-    if (rc)
-        return rc;
+    if (checked)
+        return checked;
     mpiv_status_t st;
-    rc = proto_iprobe(source, tag, HT_CTX_USER, flag, &st);
-    if (*flag && status)
-        *status = st;
+    int rc = proto_iprobe(source, tag, ctx, flag, &st);
+    if (*flag)
+        status_out(c, &st, status);
     /* a thread probing in a loop must not starve the network (mpiv_test) */
     if (!*flag && (!sched_in_ult() || srv_inline()))
         srv_progress();
@@ -1331,33 +1363,47 @@ int mpiv_iprobe(int source, int tag, int *flag, mpiv_status_t *status)
 
 int mpiv_probe(int source, int tag, mpiv_status_t *status)
 {
-    int rc = check_match_args(source, tag, __func__);
-    if (rc)
-        return rc;
+    int checked = check_match_args(source, tag, __func__);
+    return proto_probe_on(checked, NULL, source, tag, HT_CTX_USER, status);
+}
+
+int proto_probe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                   mpiv_status_t *status)
+{
+    if (checked)
+        return checked;
     mpiv_status_t st;
-    rc = proto_probe(source, tag, HT_CTX_USER, &st);
-    if (!rc && status)
-        *status = st;
+    int rc = proto_probe(source, tag, ctx, &st);
+    if (!rc)
+        status_out(c, &st, status);
     return rc;
 }
 
+/* A message handle is its packet; its header's context names the
+ * communicator whose ranks mpiv_mrecv's status gives (proto_imrecv). */
 int mpiv_improbe(int source, int tag, int *flag, mpiv_message_t *msg, mpiv_status_t *status)
 {
+    int checked = check_match_args(source, tag, __func__);
+    return proto_improbe_on(checked, NULL, source, tag, HT_CTX_USER, flag, msg, status,
+                            __func__);
+}
+
+int proto_improbe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                     int *flag, mpiv_message_t *msg, mpiv_status_t *status, const char *fn)
+{
     if (!flag || !msg)
-        return util_err(MPIV_ERR_ARG, "mpiv_improbe: NULL flag or msg");
+        return util_err(MPIV_ERR_ARG, "%s: NULL flag or msg", fn);
     *flag = 0;
     *msg = MPIV_MESSAGE_NULL;
-    int rc = check_match_args(source, tag, __func__);
-    if (rc)
-        return rc;
+    if (checked)
+        return checked;
     pkt_t *p = NULL;
     mpiv_status_t st;
-    rc = proto_improbe(source, tag, HT_CTX_USER, &p, &st);
+    int rc = proto_improbe(source, tag, ctx, &p, &st);
     if (p) {
         *flag = 1;
         *msg = (mpiv_message_t)p;
-        if (status)
-            *status = st;
+        status_out(c, &st, status);
     } else if (!sched_in_ult() || srv_inline()) {
         srv_progress();
     }
@@ -1366,20 +1412,25 @@ int mpiv_improbe(int source, int tag, int *flag, mpiv_message_t *msg, mpiv_statu
 
 int mpiv_mprobe(int source, int tag, mpiv_message_t *msg, mpiv_status_t *status)
 {
+    int checked = check_match_args(source, tag, __func__);
+    return proto_mprobe_on(checked, NULL, source, tag, HT_CTX_USER, msg, status, __func__);
+}
+
+int proto_mprobe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
+                    mpiv_message_t *msg, mpiv_status_t *status, const char *fn)
+{
     if (!msg)
-        return util_err(MPIV_ERR_ARG, "mpiv_mprobe: msg is NULL");
+        return util_err(MPIV_ERR_ARG, "%s: msg is NULL", fn);
     *msg = MPIV_MESSAGE_NULL;
-    int rc = check_match_args(source, tag, __func__);
-    if (rc)
-        return rc;
+    if (checked)
+        return checked;
     pkt_t *p = NULL;
     mpiv_status_t st;
-    rc = proto_mprobe(source, tag, HT_CTX_USER, &p, &st);
+    int rc = proto_mprobe(source, tag, ctx, &p, &st);
     if (rc)
         return rc;
     *msg = (mpiv_message_t)p;
-    if (status)
-        *status = st;
+    status_out(c, &st, status);
     return MPIV_SUCCESS;
 }
 
@@ -1402,10 +1453,13 @@ int mpiv_mrecv(void *buf, size_t size, mpiv_message_t *msg, mpiv_status_t *statu
     struct mpiv_request r;
     proto_imrecv(buf, size, (pkt_t *)*msg, &r);
     *msg = MPIV_MESSAGE_NULL;
-    rc = proto_wait(&r, status);
+    mpiv_status_t st;
+    rc = proto_wait(&r, &st); /* in the ranks of the probe's communicator */
+    if (status)
+        *status = st;
     if (rc == MPIV_ERR_TRUNCATE)
         util_err(rc, "mpiv_mrecv: a %zu-byte message from rank %d (tag %d) does not fit %zu bytes",
-                 r.status.size, r.status.source, r.status.tag, size);
+                 st.size, st.source, st.tag, size);
     return rc;
 }
 

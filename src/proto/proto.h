@@ -237,6 +237,10 @@ struct proto_state {
      * proto_p2p_init: a transport's limit does not change while the job
      * runs, and the exact path reads it twice per send. */
     size_t *inline_max;
+    /* comm.c's communicators by id ([0] unused: the world), NULL outside
+     * proto_comm_init .. fini: comm_of_ctx (comm.h) reads it, so that
+     * p2p.c needs no function of comm.c */
+    struct mpiv_comm *comms;
     int initialized;
 };
 extern struct proto_state proto;
@@ -261,6 +265,11 @@ int proto_isend(const void *buf, size_t size, int dest, int tag, int ctx, struct
 int proto_issend(const void *buf, size_t size, int dest, int tag, int ctx,
                  struct mpiv_request *r);
 int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_request *r);
+/* One of the three, named by op: for the callers that start any of them
+ * (the non-blocking calls of the world and of communicators). */
+enum proto_op { PROTO_OP_RECV, PROTO_OP_SEND, PROTO_OP_SSEND };
+int proto_start(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                struct mpiv_request *r);
 /* Receives the message a matched probe took (proto_improbe): r completes
  * like a receive that matched it. */
 void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r);
