@@ -321,9 +321,10 @@ int mpiv_mprobe(int source, int tag, mpiv_message_t *msg, mpiv_status_t *status)
 /* The same on comm (ranks, isolation, errors and cost as mpiv_iprobe_comm).
  * The message remembers its communicator: mpiv_mrecv / mpiv_imrecv of it
  * report status->source as a rank of comm (a lookup by the message's
- * context and a binary search more). Receive it before freeing comm (it
- * is an operation on comm; after the free its status names world
- * ranks). */
+ * context and a binary search more). Receive it before freeing comm: it
+ * is an operation on comm, and once comm is freed (or its slot taken by
+ * another communicator) the status's source is a world rank (or a rank
+ * of that other one). */
 int mpiv_improbe_comm(int source, int tag, mpiv_comm_t comm, int *flag, mpiv_message_t *msg,
                       mpiv_status_t *status);
 int mpiv_mprobe_comm(int source, int tag, mpiv_comm_t comm, mpiv_message_t *msg,
