@@ -152,6 +152,15 @@ struct counts {
     int64_t nodes, leaves, depth;
 };
 
+/* A depth-first search's stack of nodes. They are reused: a search takes
+ * one from the rank's free list and gives it back, grown or not, so that
+ * after the first few searches no node costs an allocation. */
+struct dfs_stack {
+    struct node *st;
+    int64_t cap;
+    struct dfs_stack *next; /* in the free list */
+};
+
 struct uts {
     struct tree t;
     int cutoff, chunk, nsearch, me, P;
@@ -166,6 +175,8 @@ struct uts {
     int color;          /* WHITE / BLACK, exchanged atomically */
     struct counts total;
     int64_t steals, failed_steals, given;
+    par_mutex_t stack_lock;         /* guards free_stacks */
+    struct dfs_stack *free_stacks;  /* stacks of finished searches */
 };
 
 static void count_add(struct uts *u, const struct counts *c)
@@ -235,6 +246,49 @@ static int rank_idle(struct uts *u)
 
 /* ---- search ---- */
 
+static void stack_init(struct dfs_stack *s)
+{
+    s->cap = 1024;
+    s->next = NULL;
+    s->st = malloc((size_t)s->cap * sizeof *s->st);
+    if (!s->st)
+        par_die("uts: out of memory for a search stack");
+}
+
+static struct dfs_stack *stack_get(struct uts *u)
+{
+    par_mutex_lock(&u->stack_lock);
+    struct dfs_stack *s = u->free_stacks;
+    if (s)
+        u->free_stacks = s->next;
+    par_mutex_unlock(&u->stack_lock);
+    if (!s) {
+        s = malloc(sizeof *s);
+        if (!s)
+            par_die("uts: out of memory for a search stack");
+        stack_init(s);
+    }
+    return s;
+}
+
+static void stack_put(struct uts *u, struct dfs_stack *s)
+{
+    par_mutex_lock(&u->stack_lock);
+    s->next = u->free_stacks;
+    u->free_stacks = s;
+    par_mutex_unlock(&u->stack_lock);
+}
+
+static void stacks_free(struct uts *u)
+{
+    while (u->free_stacks) {
+        struct dfs_stack *s = u->free_stacks;
+        u->free_stacks = s->next;
+        free(s->st);
+        free(s);
+    }
+}
+
 static void visit(const struct uts *u, const struct node *n, int k, struct counts *c)
 {
     (void)u;
@@ -245,12 +299,11 @@ static void visit(const struct uts *u, const struct node *n, int k, struct count
         c->depth = n->height;
 }
 
-static void dfs(struct uts *u, const struct node *start, struct counts *c)
+/* Searches the subtree of `start` on the stack `s` (which it may grow). */
+static void dfs(struct uts *u, const struct node *start, struct counts *c, struct dfs_stack *s)
 {
-    int64_t cap = 1024, sp = 0, since = 0;
-    struct node *st = malloc((size_t)cap * sizeof *st);
-    if (!st)
-        par_die("uts: out of memory for a search stack");
+    int64_t cap = s->cap, sp = 0, since = 0;
+    struct node *st = s->st;
     st[sp++] = *start;
     while (sp > 0) {
         struct node n = st[--sp];
@@ -262,6 +315,8 @@ static void dfs(struct uts *u, const struct node *start, struct counts *c)
             st = realloc(st, (size_t)cap * sizeof *st);
             if (!st)
                 par_die("uts: out of memory for a search stack");
+            s->st = st;
+            s->cap = cap;
         }
         for (int i = 0; i < k; i++)
             node_child(&n, i, &st[sp++]);
@@ -276,7 +331,6 @@ static void dfs(struct uts *u, const struct node *start, struct counts *c)
             par_yield();
         }
     }
-    free(st);
 }
 
 struct spawned {
@@ -297,21 +351,21 @@ static void *child_ult(void *arg)
     return NULL;
 }
 
-/* Above the cutoff: one ULT per child. Below: depth first. */
-static void expand(struct uts *u, const struct node *n, struct counts *c)
+/* One ULT per child of n. The children's arguments live on this ULT's
+ * stack (MAX_CHILDREN of them, about 5.6 KB); only a binomial root may have
+ * more children than that, and its arrays come from the heap. */
+static __attribute__((noinline)) void expand_spawn(struct uts *u, const struct node *n, int k, struct counts *c)
 {
-    if (n->height >= u->cutoff) {
-        dfs(u, n, c);
-        return;
+    struct spawned sbuf[MAX_CHILDREN];
+    par_task_t *tbuf[MAX_CHILDREN];
+    struct spawned *s = sbuf;
+    par_task_t **t = tbuf;
+    if (k > MAX_CHILDREN) {
+        s = malloc((size_t)k * sizeof *s);
+        t = malloc((size_t)k * sizeof *t);
+        if (!s || !t)
+            par_die("uts: out of memory");
     }
-    int k = num_children(&u->t, n);
-    visit(u, n, k, c);
-    if (k == 0)
-        return;
-    struct spawned *s = calloc((size_t)k, sizeof *s);
-    par_task_t **t = malloc((size_t)k * sizeof *t);
-    if (!s || !t)
-        par_die("uts: out of memory");
     for (int i = 0; i < k; i++) {
         s[i] = (struct spawned){u, n, i, {0, 0, 0}};
         t[i] = par_spawn(child_ult, &s[i], i);
@@ -323,8 +377,25 @@ static void expand(struct uts *u, const struct node *n, struct counts *c)
         if (s[i].c.depth > c->depth)
             c->depth = s[i].c.depth;
     }
-    free(s);
-    free(t);
+    if (s != sbuf) {
+        free(s);
+        free(t);
+    }
+}
+
+/* Above the cutoff: one ULT per child. Below: depth first. */
+static void expand(struct uts *u, const struct node *n, struct counts *c)
+{
+    if (n->height >= u->cutoff) {
+        struct dfs_stack *s = stack_get(u);
+        dfs(u, n, c, s);
+        stack_put(u, s);
+        return;
+    }
+    int k = num_children(&u->t, n);
+    visit(u, n, k, c);
+    if (k > 0)
+        expand_spawn(u, n, k, c);
 }
 
 struct searcher_arg {
@@ -515,7 +586,10 @@ static struct counts serial_count(const struct tree *t)
     node_root(t, &root);
     /* dfs() without a pool to feed: npool_hint stays above the chunk. */
     u.npool_hint = (int64_t)1 << 40;
-    dfs(&u, &root, &c);
+    struct dfs_stack s;
+    stack_init(&s);
+    dfs(&u, &root, &c, &s);
+    free(s.st);
     return c;
 }
 
@@ -629,6 +703,7 @@ static int uts_main(void *arg)
     u->me = par_rank();
     u->P = par_size();
     par_mutex_init(&u->lock);
+    par_mutex_init(&u->stack_lock);
     if (u->me == 0) {
         struct node root;
         node_root(&u->t, &root);
@@ -703,6 +778,8 @@ static int uts_main(void *arg)
     int64_t okv = ok, okall;
     par_allreduce_i64(&okv, &okall, 1, PAR_MIN);
     par_mutex_destroy(&u->lock);
+    stacks_free(u);
+    par_mutex_destroy(&u->stack_lock);
     free(u->pool);
     free(u->slot);
     free(u);
