@@ -85,7 +85,7 @@ static inline void pad_block(const uint8_t *msg, size_t len, uint32_t w[16])
     RND(c, d, e, a, b, F, K, WF((t) + 3));                                                                     \
     RND(b, c, d, e, a, F, K, WF((t) + 4))
 
-void sha1_small_portable(const uint8_t *msg, size_t len, uint8_t digest[20])
+static inline __attribute__((always_inline)) void portable(const uint8_t *msg, size_t len, uint8_t digest[20])
 {
     uint32_t w[16];
     pad_block(msg, len, w);
@@ -123,6 +123,18 @@ void sha1_small_portable(const uint8_t *msg, size_t len, uint8_t digest[20])
     store_be32(digest + 16, H4 + e);
 }
 
+void sha1_small_portable(const uint8_t *msg, size_t len, uint8_t digest[20])
+{
+    /* UTS's two lengths get their own copies, where the block's zero words
+     * and its length are constants */
+    if (len == 24)
+        portable(msg, 24, digest);
+    else if (len == 20)
+        portable(msg, 20, digest);
+    else
+        portable(msg, len, digest);
+}
+
 /* ---- SHA-NI ---- */
 
 #if SHA1_HAVE_SHANI_PATH
@@ -141,16 +153,13 @@ void sha1_small_portable(const uint8_t *msg, size_t len, uint8_t digest[20])
         abcd = _mm_sha1rnds4_epu32(abcd, ew_, f);                                                              \
     } while (0)
 
-__attribute__((target("sha,sse4.1,ssse3"))) void sha1_small_shani(const uint8_t *msg, size_t len,
-                                                                   uint8_t digest[20])
+#define SHANI_TARGET __attribute__((target("sha,sse4.1,ssse3")))
+
+/* The block's four groups of words, each with its first word in the top
+ * lane; m0..m3 hold words 0-3, 4-7, 8-11, 12-15. */
+static inline __attribute__((always_inline)) SHANI_TARGET void shani(__m128i m0, __m128i m1, __m128i m2, __m128i m3,
+                                                                     uint8_t digest[20])
 {
-    uint32_t w[16];
-    pad_block(msg, len, w);
-    /* words 0..3 into lanes 3..0: the first word in the top lane */
-    __m128i m0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)(w + 0)), 0x1b);
-    __m128i m1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)(w + 4)), 0x1b);
-    __m128i m2 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)(w + 8)), 0x1b);
-    __m128i m3 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)(w + 12)), 0x1b);
     const __m128i abcd0 = _mm_set_epi32((int)H0, (int)H1, (int)H2, (int)H3);
     const __m128i e0 = _mm_set_epi32((int)H4, 0, 0, 0);
 
@@ -187,6 +196,35 @@ __attribute__((target("sha,sse4.1,ssse3"))) void sha1_small_shani(const uint8_t 
     store_be32(digest + 8, h[2]);
     store_be32(digest + 12, h[3]);
     store_be32(digest + 16, (uint32_t)_mm_extract_epi32(e, 3));
+}
+
+SHANI_TARGET void sha1_small_shani(const uint8_t *msg, size_t len, uint8_t digest[20])
+{
+    /* reverses the 16 bytes: big-endian words, the first in the top lane */
+    const __m128i rev = _mm_set_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    if (len == 20 || len == 24) {
+        /* UTS's lengths straight from the message into registers */
+        __m128i m0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)msg), rev), m1;
+        if (len == 24) {
+            uint64_t x;
+            memcpy(&x, msg + 16, 8);
+            m1 = _mm_or_si128(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)x), rev),
+                              _mm_set_epi32(0, 0, (int)0x80000000u, 0));
+        } else {
+            uint32_t x;
+            memcpy(&x, msg + 16, 4);
+            m1 = _mm_or_si128(_mm_shuffle_epi8(_mm_cvtsi32_si128((int)x), rev),
+                              _mm_set_epi32(0, (int)0x80000000u, 0, 0));
+        }
+        shani(m0, m1, _mm_setzero_si128(), _mm_set_epi32(0, 0, 0, (int)(len * 8)), digest);
+        return;
+    }
+    uint32_t w[16];
+    pad_block(msg, len, w);
+    shani(_mm_set_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]),
+          _mm_set_epi32((int)w[4], (int)w[5], (int)w[6], (int)w[7]),
+          _mm_set_epi32((int)w[8], (int)w[9], (int)w[10], (int)w[11]),
+          _mm_set_epi32((int)w[12], (int)w[13], (int)w[14], (int)w[15]), digest);
 }
 
 int sha1_have_shani(void)
