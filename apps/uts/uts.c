@@ -109,6 +109,48 @@ static double node_prob(const struct node *n)
     return (double)(r & 0x7fffffff) / 2147483648.0;
 }
 
+/* Geometric trees: log(1 - p) of the law at each height, which depends on
+ * the height only (the shape function); computed once per run by
+ * geo_prepare() with the same expressions, so the same bits, as
+ * geo_log1mp() computes them for a height past the table. */
+#define GEO_HEIGHTS 4096
+static double geo_table[GEO_HEIGHTS];
+static int geo_ready;
+
+static double geo_log1mp(const struct tree *t, int height)
+{
+    double b = t->b0, d = height;
+    if (height > 0) {
+        switch (t->shape) {
+        case EXPDEC:
+            b = t->b0 * pow(d, -log(t->b0) / log((double)t->gen_mx));
+            break;
+        case CYCLIC:
+            b = height > 5 * t->gen_mx ? 0.0 : pow(t->b0, sin(2.0 * 3.141592653589793 * d / t->gen_mx));
+            break;
+        case FIXED:
+            b = height < t->gen_mx ? t->b0 : 0.0;
+            break;
+        default: /* LINEAR */
+            b = t->b0 * (1.0 - d / t->gen_mx);
+            break;
+        }
+    }
+    /* Geometric law with mean b: P(k) = p (1-p)^k, p = 1 / (1 + b). */
+    double p = 1.0 / (1.0 + b);
+    return log(1.0 - p);
+}
+
+/* Fills the table for the tree of this run (every thread reads it after). */
+static void geo_prepare(const struct tree *t)
+{
+    if (t->type != GEO)
+        return;
+    for (int h = 0; h < GEO_HEIGHTS; h++)
+        geo_table[h] = geo_log1mp(t, h);
+    geo_ready = 1;
+}
+
 static int num_children(const struct tree *t, const struct node *n)
 {
     int k;
@@ -118,28 +160,10 @@ static int num_children(const struct tree *t, const struct node *n)
         else
             k = node_prob(n) < t->q ? t->m : 0;
     } else {
-        double b = t->b0, d = n->height;
-        if (n->height > 0) {
-            switch (t->shape) {
-            case EXPDEC:
-                b = t->b0 * pow(d, -log(t->b0) / log((double)t->gen_mx));
-                break;
-            case CYCLIC:
-                b = n->height > 5 * t->gen_mx ? 0.0 : pow(t->b0, sin(2.0 * 3.141592653589793 * d / t->gen_mx));
-                break;
-            case FIXED:
-                b = n->height < t->gen_mx ? t->b0 : 0.0;
-                break;
-            default: /* LINEAR */
-                b = t->b0 * (1.0 - d / t->gen_mx);
-                break;
-            }
-        }
-        /* Geometric law with mean b: P(k) = p (1-p)^k, p = 1 / (1 + b),
-         * drawn by inverting its distribution function. */
-        double p = 1.0 / (1.0 + b);
+        /* the geometric law drawn by inverting its distribution function */
+        double lp = geo_ready && n->height < GEO_HEIGHTS ? geo_table[n->height] : geo_log1mp(t, n->height);
         double u = node_prob(n);
-        double x = floor(log(1.0 - u) / log(1.0 - p));
+        double x = floor(log(1.0 - u) / lp);
         k = x >= 1e9 ? MAX_CHILDREN + 1 : x > 0 ? (int)x : 0; /* NaN: 0 */
     }
     if (n->height == 0 && t->type == BIN) {
@@ -839,6 +863,7 @@ int main(int argc, char **argv)
         par_die("uts: the SHA-1 implementation fails its self-test");
     struct config c = {.cutoff = -1, .chunk = 32};
     parse_args(argc, argv, &c);
+    geo_prepare(&c.t);
     int rc = par_run(uts_main, &c);
     par_finalize();
     return rc;
