@@ -8,7 +8,9 @@
  * the last 4 state bytes, big-endian, top bit cleared. Geometric trees draw
  * the number of children from a geometric law whose mean b_i follows the
  * shape function of the depth; binomial trees give the root floor(b0)
- * children and every other node m children with probability q. Counts are
+ * children and every other node m children with probability q; hybrid
+ * trees are geometric above the depth shift * gen_mx (parent's height <
+ * shift * gen_mx; shift 0.5 by default) and binomial below it. Counts are
  * capped at 100 (except a binomial root), as in the reference definition.
  *
  * Parallel search, per rank:
@@ -32,7 +34,7 @@
  *    anything else, so work is never in flight to an idle rank.
  *
  * The check: the standard sample trees' node, leaf and depth counts (T1,
- * T2, T3, T5) are compared with their published values, or with the ones
+ * T2, T3, T4, T5) are compared with their published values, or with the ones
  * given by --expect; any other tree is recounted serially on rank 0.
  *
  * Per node, the search costs one SHA-1 compression (sha1.c: SHA-NI when the
@@ -50,7 +52,7 @@
 #include "par.h"
 #include "sha1.h"
 
-enum { BIN = 0, GEO = 1 };
+enum { BIN = 0, GEO = 1, HYBRID = 2 };
 enum { LINEAR = 0, EXPDEC = 1, CYCLIC = 2, FIXED = 3 };
 enum { TAG_REQ = 1, TAG_REP = 2, TAG_TOKEN = 3 };
 enum { REQ_STEAL = 0, REQ_QUIT = 1 };
@@ -61,6 +63,7 @@ enum { WHITE = 0, BLACK = 1 };
 struct tree {
     int type, shape, gen_mx, m, root_id;
     double b0, q;
+    double shift; /* hybrid: geometric above the height shift * gen_mx */
 };
 
 struct node {
@@ -74,10 +77,11 @@ static const struct sample {
     struct tree t;
     int64_t nodes, leaves, depth;
 } samples[] = {
-    {"T1", {GEO, FIXED, 10, 0, 19, 4.0, 0.0}, 4130071, 3305118, 10},
-    {"T2", {GEO, CYCLIC, 16, 0, 502, 6.0, 0.0}, 4117769, 2342762, 81},
-    {"T3", {BIN, 0, 0, 8, 42, 2000.0, 0.124875}, 4112897, 3599034, 1572},
-    {"T5", {GEO, LINEAR, 20, 0, 34, 4.0, 0.0}, 4147582, 2181318, 20},
+    {"T1", {GEO, FIXED, 10, 0, 19, 4.0, 0.0, 0.0}, 4130071, 3305118, 10},
+    {"T2", {GEO, CYCLIC, 16, 0, 502, 6.0, 0.0, 0.0}, 4117769, 2342762, 81},
+    {"T3", {BIN, 0, 0, 8, 42, 2000.0, 0.124875, 0.0}, 4112897, 3599034, 1572},
+    {"T4", {HYBRID, LINEAR, 16, 4, 1, 6.0, 0.234375, 0.5}, 4132453, 3108986, 134},
+    {"T5", {GEO, LINEAR, 20, 0, 34, 4.0, 0.0, 0.0}, 4147582, 2181318, 20},
 };
 #define NSAMPLES (int)(sizeof samples / sizeof samples[0])
 
@@ -144,7 +148,7 @@ static double geo_log1mp(const struct tree *t, int height)
 /* Fills the table for the tree of this run (every thread reads it after). */
 static void geo_prepare(const struct tree *t)
 {
-    if (t->type != GEO)
+    if (t->type == BIN)
         return;
     for (int h = 0; h < GEO_HEIGHTS; h++)
         geo_table[h] = geo_log1mp(t, h);
@@ -154,11 +158,10 @@ static void geo_prepare(const struct tree *t)
 static int num_children(const struct tree *t, const struct node *n)
 {
     int k;
-    if (t->type == BIN) {
-        if (n->height == 0)
-            k = (int)floor(t->b0);
-        else
-            k = node_prob(n) < t->q ? t->m : 0;
+    if (t->type == BIN && n->height == 0) {
+        k = (int)floor(t->b0);
+    } else if (t->type == BIN || (t->type == HYBRID && n->height >= t->shift * t->gen_mx)) {
+        k = node_prob(n) < t->q ? t->m : 0;
     } else {
         /* the geometric law drawn by inverting its distribution function */
         double lp = geo_ready && n->height < GEO_HEIGHTS ? geo_table[n->height] : geo_log1mp(t, n->height);
@@ -637,15 +640,17 @@ static const char usage[] =
     "Usage: uts [options]   (start with mpiv_run -n N)\n"
     "Unbalanced Tree Search with the SHA-1 splittable random stream; one ULT per\n"
     "node expansion above a depth cutoff, work stealing between ranks by messages.\n"
-    "  --tree NAME      a published sample tree: T1 (default), T2, T3 or T5;\n"
+    "  --tree NAME      a published sample tree: T1 (default), T2, T3, T4 or T5;\n"
     "                   its node, leaf and depth counts are checked against\n"
     "                   the published ones\n"
-    "  -t TYPE          0 binomial, 1 geometric          (a custom tree, recounted\n"
+    "  -t TYPE          0 binomial, 1 geometric, 2 hybrid (a custom tree, recounted\n"
     "  -b B0            root branching factor             serially on rank 0 to\n"
     "  -q Q             binomial: non-leaf probability    check the answer)\n"
     "  -m M             binomial: children of a non-leaf\n"
     "  -d D             geometric: depth limit (gen_mx)\n"
     "  -a SHAPE         geometric: 0 linear, 1 expdec, 2 cyclic, 3 fixed\n"
+    "  -f F             hybrid: geometric above the height F * D, binomial\n"
+    "                   below (default 0.5)\n"
     "  -r SEED          root seed\n"
     "  --expect NODES[,LEAVES[,DEPTH]]\n"
     "                   check the counts against these instead; the ones left\n"
@@ -690,7 +695,7 @@ static void parse_args(int argc, char **argv, struct config *c)
     struct opts o;
     int help = 0, custom = 0;
     const char *name = "T1";
-    struct tree t = {GEO, LINEAR, 6, 4, 0, 4.0, 15.0 / 64.0};
+    struct tree t = {GEO, LINEAR, 6, 4, 0, 4.0, 15.0 / 64.0, 0.5};
     opts_start(&o, argc, argv);
     for (; o.i < argc && !o.err[0]; o.i++) {
         if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
@@ -698,7 +703,9 @@ static void parse_args(int argc, char **argv, struct config *c)
         else if (opts_match(&o, "--tree", 1))
             name = o.val;
         else if (opts_match(&o, "-t", 1))
-            custom = 1, t.type = (int)opts_i64(&o, "-t", 0, 1);
+            custom = 1, t.type = (int)opts_i64(&o, "-t", 0, 2);
+        else if (opts_match(&o, "-f", 1))
+            custom = 1, t.shift = opts_f64(&o, "-f", 0.0, 1e6);
         else if (opts_match(&o, "-b", 1))
             custom = 1, t.b0 = opts_f64(&o, "-b", 0.0, 1e6);
         else if (opts_match(&o, "-q", 1))
@@ -732,16 +739,16 @@ static void parse_args(int argc, char **argv, struct config *c)
     if (custom) {
         c->t = t;
         c->sample = NULL;
-        if (t.type == BIN && t.q * t.m >= 1.0)
+        if (t.type != GEO && t.q * t.m >= 1.0)
             opts_fail(&o, "binomial tree with q * m = %g >= 1 is infinite in expectation", t.q * t.m);
-        if (t.type == GEO && t.shape == LINEAR && t.b0 <= 0)
+        if (t.type != BIN && t.shape == LINEAR && t.b0 <= 0)
             opts_fail(&o, "-b must be positive");
     } else {
         for (int i = 0; i < NSAMPLES; i++)
             if (strcmp(name, samples[i].name) == 0)
                 c->sample = &samples[i];
         if (!c->sample)
-            opts_fail(&o, "--tree %s: expected T1, T2, T3 or T5", name);
+            opts_fail(&o, "--tree %s: expected T1, T2, T3, T4 or T5", name);
         else
             c->t = c->sample->t;
     }
@@ -810,6 +817,10 @@ static int uts_main(void *arg)
             printf("uts (%s): custom tree: ", par_name());
         if (tr->type == BIN)
             printf("binomial, b0 %g, q %g, m %d, seed %d\n", tr->b0, tr->q, tr->m, tr->root_id);
+        else if (tr->type == HYBRID)
+            printf("hybrid, geometric above height %g (shape %d, depth %d, b0 %g), then binomial (q %g, m %d), "
+                   "seed %d\n",
+                   tr->shift * tr->gen_mx, tr->shape, tr->gen_mx, tr->b0, tr->q, tr->m, tr->root_id);
         else
             printf("geometric, shape %d, depth %d, b0 %g, seed %d\n", tr->shape, tr->gen_mx, tr->b0, tr->root_id);
         printf("%d ranks x %d %s, %d searchers per rank, cutoff %d, chunk %d, sha1 %s\n", u->P, par_threads(),
