@@ -19,41 +19,32 @@
 
 static struct bc_opts opts;
 
-static void counts(size_t size, long *iters, long *skip)
-{
-    if (opts.iters) {
-        *iters = opts.iters;
-        *skip = opts.iters / 10;
-    } else if (size <= 8192) {
-        *iters = opts.quick ? 10 : 100, *skip = opts.quick ? 1 : 10;
-    } else {
-        *iters = opts.quick ? 3 : 20, *skip = opts.quick ? 1 : 2;
-    }
-}
-
 struct bufs {
     char *s, *s_last, *r, *r_last;
     bc_req_t *reqs;
 };
 
-static double window_bw(int me, size_t size, struct bufs *b)
-{
-    long iters, skip;
-    int w = opts.window;
-    counts(size, &iters, &skip);
-    bc_fill(b->s, size, (unsigned)size);
-    bc_fill(b->s_last, size, (unsigned)size + 1);
-    memset(b->r, 0, size);
-    memset(b->r_last, 0, size);
-    int ack = 0;
-    bc_barrier();
+struct bw {
+    int me;
+    size_t size;
+    struct bufs *b;
+};
 
-    double t0 = 0;
+/* skip windows of warm-up, then iters timed windows; returns their
+ * seconds. The last timed window's last message is the checked one. */
+static double bw_loop(long skip, long iters, void *arg)
+{
+    struct bw *a = arg;
+    struct bufs *b = a->b;
+    size_t size = a->size;
+    int w = opts.window, ack = 0;
+    bc_barrier();
+    double t0 = bc_wtime();
     for (long i = -skip; i < iters; i++) {
         if (i == 0)
             t0 = bc_wtime();
         int last = i == iters - 1;
-        if (me == 0) {
+        if (a->me == 0) {
             for (int j = 0; j < w; j++)
                 bc_isend(last && j == w - 1 ? b->s_last : b->s, size, 1, TAG_DATA, &b->reqs[j]);
             bc_waitall(w, b->reqs);
@@ -65,13 +56,30 @@ static double window_bw(int me, size_t size, struct bufs *b)
             bc_send(&ack, sizeof ack, 0, TAG_ACK);
         }
     }
-    double t = bc_wtime() - t0;
+    return bc_wtime() - t0;
+}
+
+static double window_bw(int me, size_t size, struct bufs *b)
+{
+    bc_fill(b->s, size, (unsigned)size);
+    bc_fill(b->s_last, size, (unsigned)size + 1);
+    memset(b->r, 0, size);
+    memset(b->r_last, 0, size);
+    struct bw a = {.me = me, .size = size, .b = b};
+    long iters = opts.iters, skip = opts.iters / 10;
+    if (!iters) {
+        /* the calibration's runs were the warm-up */
+        iters = bc_calibrate(me, 1, opts.min_time, bw_loop, &a);
+        skip = 2;
+    }
+    memset(b->r_last, 0, size); /* the measured run's last message, checked below */
+    double t = bw_loop(skip, iters, &a);
 
     if (me == 1) {
         bc_verify(b->r, size, (unsigned)size, "bandwidth (window)");
         bc_verify(b->r_last, size, (unsigned)size + 1, "bandwidth (last message)");
     }
-    return (double)size * (double)w * (double)iters / t / 1e6;
+    return (double)size * (double)opts.window * (double)iters / t / 1e6;
 }
 
 static void *run(void *unused)

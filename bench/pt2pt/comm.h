@@ -448,6 +448,7 @@ struct bc_opts {
     size_t size;    /* message size of the multi-threaded tests */
     int window;
     double budget;  /* seconds per pair count of the multi-threaded tests */
+    double min_time; /* seconds one latency or bandwidth point lasts at least */
     int gated;      /* multi-threaded tests: the start/stop-gate timing */
 };
 
@@ -471,7 +472,10 @@ static inline void bc_usage(const char *prog)
             "usage: %s [--quick] [-i iters] [-m [min:]max] [-p p1,p2,...] [-s size] [-w window]\n"
             "          [-t seconds] [--threads ult|pthread] [--gated]\n"
             "  --quick   few iterations (smoke test)\n"
-            "  -i N      iterations per size / per pair (default: scaled per test)\n"
+            "  -i N      iterations per size / per pair (default: latency and bandwidth\n"
+            "            calibrate each size to last -T seconds; others scaled per test)\n"
+            "  -T S      seconds each latency or bandwidth point lasts at least (default\n"
+            "            0.2; 0.01 with --quick)\n"
             "  -m A:B    message sizes from A to B bytes (K, M suffixes)\n"
             "  -p LIST   pair counts for the multi-threaded tests (default 1,2,8,64,1024)\n"
             "  -s SIZE   message size of the multi-threaded tests (default 8)\n"
@@ -556,6 +560,10 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
             o->budget = atof(v), i++;
             if (o->budget <= 0)
                 bc_usage(argv[0]);
+        } else if (!strcmp(a, "-T") && v) {
+            o->min_time = atof(v), i++;
+            if (o->min_time <= 0)
+                bc_usage(argv[0]);
         } else if (!strcmp(a, "-w") && v) {
             o->window = atoi(v), i++;
             if (o->window <= 0)
@@ -566,6 +574,43 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
     }
     if (o->budget == 0)
         o->budget = o->quick ? 2 : 10;
+    if (o->min_time == 0)
+        o->min_time = o->quick ? 0.01 : 0.2;
+}
+
+/* Tag of bc_calibrate's messages: below the layer's own barrier tags. */
+#define BC_TAG_CALIBRATE (BC_TAG_RESERVED - 1)
+
+/* How many iterations of a two-rank benchmark loop make one measurement
+ * last at least min_time seconds. A fixed count does not: at 0.2 us a
+ * round trip, OSU's 10,000 iterations take 4 ms, and such runs measured
+ * start-up transients (different from run to run by 2x) more than the
+ * steady state. Ranks 0 and 1 both run loop(0, k, arg) for k = first,
+ * 8 first, 64 first, ...; rank 0 times each and tells rank 1 the next k,
+ * or (negative) the final count once a run lasted min_time / 8 or more,
+ * so both always run the same iterations. These runs are the warm-up. */
+static inline long bc_calibrate(int me, long first, double min_time,
+                                double (*loop)(long skip, long iters, void *arg), void *arg)
+{
+    long k = first > 0 ? first : 1;
+    for (;;) {
+        double t = loop(0, k, arg);
+        long next;
+        if (me == 0) {
+            if (t >= min_time / 8 || k > 1000000000L) {
+                double want = (double)k * min_time / (t > 1e-9 ? t : 1e-9);
+                next = want > 4e9 ? -4000000000L : want < (double)k ? -k : -(long)want;
+            } else {
+                next = k * 8;
+            }
+            bc_send(&next, sizeof next, 1, BC_TAG_CALIBRATE);
+        } else {
+            bc_recv(&next, sizeof next, 0, BC_TAG_CALIBRATE);
+        }
+        if (next < 0)
+            return -next;
+        k = next;
+    }
 }
 
 #endif /* BENCH_PT2PT_COMM_H */

@@ -2,7 +2,8 @@
  * latency.c — ping-pong latency, 0 B to 4 MiB, OSU style.
  *
  * Rank 0 sends a message to rank 1, which echoes it back; the one-way
- * latency is half the round trip, averaged over many rounds after a warm-up.
+ * latency is half the round trip, averaged over many rounds after a warm-up:
+ * as many rounds as last -T seconds (bc_calibrate), or -i of them.
  * In MPIv the ping-pong runs in one ULT per rank, or on main's thread with
  * --threads pthread; in MPI on main's thread at MPI_THREAD_SINGLE.
  *
@@ -16,31 +17,23 @@
 
 static struct bc_opts opts;
 
-static void counts(size_t size, long *iters, long *skip)
-{
-    if (opts.iters) {
-        *iters = opts.iters;
-        *skip = opts.iters / 10;
-    } else if (size <= 8192) {
-        *iters = opts.quick ? 1000 : 10000, *skip = opts.quick ? 20 : 100;
-    } else if (size <= (256 << 10)) {
-        *iters = opts.quick ? 100 : 1000, *skip = opts.quick ? 5 : 10;
-    } else {
-        *iters = opts.quick ? 20 : 200, *skip = opts.quick ? 2 : 5;
-    }
-}
-
 static unsigned char stamp(long round) { return (unsigned char)(round * 31 + 7); }
 
-static double pingpong(int me, size_t size, char *sbuf, char *rbuf)
-{
-    long iters, skip;
-    counts(size, &iters, &skip);
-    bc_fill(sbuf, size, (unsigned)size);
-    memset(rbuf, 0, size ? size : 1);
-    bc_barrier();
+struct pp {
+    int me;
+    size_t size;
+    char *sbuf, *rbuf;
+};
 
-    double t0 = 0;
+/* skip rounds of warm-up, then iters timed rounds; returns their seconds */
+static double pp_loop(long skip, long iters, void *arg)
+{
+    struct pp *a = arg;
+    int me = a->me;
+    size_t size = a->size;
+    char *sbuf = a->sbuf, *rbuf = a->rbuf;
+    bc_barrier();
+    double t0 = bc_wtime();
     for (long i = -skip; i < iters; i++) {
         if (i == 0)
             t0 = bc_wtime();
@@ -59,7 +52,21 @@ static double pingpong(int me, size_t size, char *sbuf, char *rbuf)
             bc_send(rbuf, size, 0, TAG_PING);
         }
     }
-    double t = bc_wtime() - t0;
+    return bc_wtime() - t0;
+}
+
+static double pingpong(int me, size_t size, char *sbuf, char *rbuf)
+{
+    bc_fill(sbuf, size, (unsigned)size);
+    memset(rbuf, 0, size ? size : 1);
+    struct pp a = {.me = me, .size = size, .sbuf = sbuf, .rbuf = rbuf};
+    long iters = opts.iters, skip = opts.iters / 10;
+    if (!iters) {
+        /* the calibration's runs were the warm-up */
+        iters = bc_calibrate(me, 16, opts.min_time, pp_loop, &a);
+        skip = 10;
+    }
+    double t = pp_loop(skip, iters, &a);
 
     /* rank 0 got back exactly what it sent last (pattern + last stamps) */
     if (me == 0 && size && memcmp(sbuf, rbuf, size) != 0) {
