@@ -578,8 +578,8 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
         o->min_time = o->quick ? 0.01 : 0.2;
 }
 
-/* Tag of bc_calibrate's messages: below the layer's own barrier tags. */
-#define BC_TAG_CALIBRATE (BC_TAG_RESERVED - 1)
+/* Tag of bc_calibrate's messages: no benchmark loop uses it. */
+#define BC_TAG_CALIBRATE 32767 /* MPI promises tags up to 32767 at least */
 
 /* How many iterations of a two-rank benchmark loop make one measurement
  * last at least min_time seconds. A fixed count does not: at 0.2 us a

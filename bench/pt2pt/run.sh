@@ -175,7 +175,8 @@ done
 [ $report_only = 1 ] || echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out/raw/meta.txt"
 
 # ------------------------------------------------------------ results ---
-# Data lines of the OSU-style output -> .dat (x value [value2]) and CSV.
+# Data lines of the OSU-style output -> .dat (x value [value2]) and CSV:
+# only lines that start with a number (a failed run's error text does not).
 csv="$out/pt2pt.csv"
 echo "benchmark,impl,size_bytes,pairs,metric,value" >"$csv"
 for b in "${bench_list[@]}"; do
@@ -186,13 +187,13 @@ for b in "${bench_list[@]}"; do
         [ -f "$raw" ] || continue
         case $b in
         latency)
-            awk '!/^#/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
             awk -v i="$impl" '{printf "latency,%s,%s,1,latency_us,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
         bandwidth)
-            awk '!/^#/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
             awk -v i="$impl" '{printf "bandwidth,%s,%s,1,bandwidth_MBps,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
         mt_latency)
-            awk '!/^#/ && NF>=4 {print $1, $3, $4, $2}' "$raw" >"$dat"
+            awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $3, $4, $2}' "$raw" >"$dat"
             awk -v i="$impl" '{printf "mt_latency,%s,%s,%s,latency_us,%s\nmt_latency,%s,%s,%s,msgs_per_s,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
         mt_msgrate)
             # the rate anchor (one thread per rank, no other) has a line of
@@ -222,7 +223,9 @@ table() {
             # a speedup column for each MPIv row against each MPI
             for (i = 1; i <= n; i++) if (nm[i] ~ /^mpiv/) mv[++nmv] = i; else mp[++nmp] = i
         }
-        FNR == 1 { f++ }
+        # the column is the file'"'"'s place among the arguments: an empty
+        # file (a failed run) must not shift the ones after it
+        FNR == 1 || f == 0 { for (i = 1; i < ARGC; i++) if (ARGV[i] == FILENAME) f = i }
         { if (!($1 in seen)) { seen[$1] = 1; xs[++nx] = $1 } v[f, $1] = $2 }
         END {
             line = "| " xl; sep = "|---:"
