@@ -7,7 +7,8 @@
  * vector of doubles, each rank's block in gather / allgather / scatter, each
  * block to one peer in alltoall, each rank's share in reduce_scatter).
  * Each line: collective, size, mean time per call in µs (the slowest
- * rank's mean, after warm-up), iterations. The results of bcast,
+ * rank's mean, after warm-up), iterations (as many as last 0.1 s,
+ * calibrate()). The results of bcast,
  * allgather, allreduce, reduce_scatter and scan are checked once per size
  * (a wrong one exits with status 1); the others are checked by
  * tests/proto/test_coll.
@@ -193,6 +194,29 @@ static void check(int c, size_t n)
 static size_t max = 1u << 20;
 static double scale = 1;
 
+/* As many calls as last 0.1 s times the scale (-i; 0.01 s with --quick):
+ * runs of 4, 32, 256, ... calls, which are also the warm-up, until one
+ * lasts an eighth of that. Every rank takes the slowest rank's time
+ * (max_of), so all decide alike. Fixed counts lasted milliseconds and
+ * measured start-up transients as much as the collective. */
+static int calibrate(int c, size_t n)
+{
+    double target = 0.1 * scale;
+    long k = 4;
+    for (;;) {
+        BARRIER();
+        double t0 = now();
+        for (long it = 0; it < k; it++)
+            run_one(c, n);
+        double t = max_of(now() - t0);
+        if (t >= target / 8 || k >= (1L << 24)) {
+            double want = (double)k * target / (t > 1e-9 ? t : 1e-9);
+            return want < 3 ? 3 : want > 1e8 ? 100000000 : (int)want;
+        }
+        k *= 8;
+    }
+}
+
 static void *body(void *arg)
 {
     (void)arg;
@@ -218,11 +242,7 @@ static void *body(void *arg)
                 dsps[i] = (cnt_t)((size_t)i * n);
             }
             check(c, n);
-            int iters = (int)((n <= 1024 ? 2000 : n <= 65536 ? 300 : 40) * scale);
-            if (iters < 3)
-                iters = 3;
-            for (int w = 0; w < iters / 10 + 1; w++)
-                run_one(c, n);
+            int iters = calibrate(c, n);
             BARRIER();
             double t0 = now();
             for (int it = 0; it < iters; it++)
