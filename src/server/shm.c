@@ -113,9 +113,12 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
-/* MPIV_SHM_EAGER_LIMIT's default (0): chosen with bench/pt2pt (where
- * copying through the ring twice stops beating the rendezvous) */
-#define SHM_EAGER_DEFAULT ((size_t)64 << 10)
+/* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring:
+ * up to 512 KiB copying through the ring twice beats the rendezvous's
+ * RTS, read and FIN by about 2x in latency and is no slower in window
+ * bandwidth (bench/pt2pt with calibrated counts, docs/perf/pt2pt.md); a
+ * bigger record would need bigger rings. */
+#define SHM_EAGER_DEFAULT ((size_t)512 << 10)
 #define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
  * two keeps the core's pieces aligned. */
