@@ -448,16 +448,7 @@ static int comm_start_nb(enum proto_op op, struct mpiv_comm *c, void *buf, size_
     int rc = comm_target(c, op == PROTO_OP_RECV, buf, size, &peer, tag, &ctx, fn);
     if (rc)
         return rc;
-    struct mpiv_request *r = proto_req_new();
-    if (!r)
-        return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    rc = comm_start(op, c, buf, size, peer, tag, ctx, r);
-    if (rc) {
-        proto_req_delete(r);
-        return rc;
-    }
-    *req = r;
-    return MPIV_SUCCESS;
+    return proto_start_new(op, buf, size, peer, tag, ctx, comm_status_map(c), req, fn);
 }
 
 int mpiv_isend_comm(const void *buf, size_t size, int dest, int tag, mpiv_comm_t comm,

@@ -114,6 +114,12 @@ int proto_improbe_on(int checked, const struct mpiv_comm *c, int source, int tag
                      int *flag, mpiv_message_t *msg, mpiv_status_t *status, const char *fn);
 int proto_mprobe_on(int checked, const struct mpiv_comm *c, int source, int tag, int ctx,
                     mpiv_message_t *msg, mpiv_status_t *status, const char *fn);
+/* A non-blocking send, synchronous send or receive (op) in a request from
+ * the cache, handed out in *req, its status in c's ranks (NULL: world);
+ * arguments checked already, ranks world ranks, ctx the context. On
+ * failure *req is left alone and nothing is pending. */
+int proto_start_new(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                    const struct mpiv_comm *c, mpiv_request_t *req, const char *fn);
 /* Arguments checked already. */
 int proto_sendrecv_on(const struct mpiv_comm *c, const void *sendbuf, size_t sendsize, int dest,
                       int sendtag, int sendctx, void *recvbuf, size_t recvsize, int source,

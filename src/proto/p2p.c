@@ -1187,14 +1187,21 @@ static int start_nb(enum proto_op op, void *buf, size_t size, int peer, int tag,
     int rc = check_args_wild(buf, size, peer, tag, op == PROTO_OP_RECV, fn);
     if (rc)
         return rc;
+    return proto_start_new(op, buf, size, peer, tag, HT_CTX_USER, NULL, req, fn);
+}
+
+int proto_start_new(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                    const struct mpiv_comm *c, mpiv_request_t *req, const char *fn)
+{
     struct mpiv_request *r = proto_req_new();
     if (!r)
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    rc = proto_start(op, buf, size, peer, tag, HT_CTX_USER, r);
+    int rc = proto_start(op, buf, size, peer, tag, ctx, r);
     if (rc) {
         proto_req_delete(r);
         return rc;
     }
+    r->comm = c; /* only the owner reads it (proto_wait): after the start is fine */
     *req = r;
     return MPIV_SUCCESS;
 }
