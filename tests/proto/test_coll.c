@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "mpiv.h"
 
@@ -551,14 +552,11 @@ END_TEST
 
 static int coll_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     wme = mpiv_rank();
     wsize = mpiv_size();
-    rc = mpiv_comm_split(MPIV_COMM_WORLD, 0, -wme, &reversed);
+    int rc = mpiv_comm_split(MPIV_COMM_WORLD, 0, -wme, &reversed);
     if (rc) {
         fprintf(stderr, "mpiv_comm_split: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
         return 1;
@@ -584,12 +582,9 @@ static bool coll_quiet(void) { return wme != 0; }
 
 static int coll_fini(int failed)
 {
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", wme, failed);
-        return 1;
-    }
-    mpiv_comm_free(&reversed);
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
+    if (!failed)
+        mpiv_comm_free(&reversed);
+    return test_mpiv_fini(failed);
 }
 
 CHECK_MAIN(.suite = coll_suite, .fork = CK_NOFORK, .init = coll_init, .quiet = coll_quiet,

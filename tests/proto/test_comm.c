@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "mpiv.h"
 #include "proto/comm.h"
 
@@ -403,11 +404,8 @@ END_TEST
 
 static int comm_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     P = mpiv_size();
     return 0;
@@ -432,14 +430,6 @@ static Suite *comm_suite(void)
 
 static bool comm_quiet(void) { return me != 0; }
 
-static int comm_fini(int failed)
-{
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
-        return 1;
-    }
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
-}
 
 CHECK_MAIN(.suite = comm_suite, .fork = CK_NOFORK, .init = comm_init, .quiet = comm_quiet,
-           .fini = comm_fini);
+           .fini = test_mpiv_fini);

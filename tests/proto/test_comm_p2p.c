@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "mpiv.h"
 
@@ -31,7 +32,7 @@ static int me, P;
 /* A rank whose case failed leaves the others waiting in that case's
  * barriers and collectives, and under CK_NOFORK it would go on into the
  * next case's out of step. So it skips the remaining cases and ends
- * (cp_fini returns 1 without finalizing): mpiv_run then ends the job at
+ * (test_mpiv_fini returns 1 without finalizing): mpiv_run then ends the job at
  * once, naming it, instead of at its timeout. */
 static bool finished, broken;
 static void case_setup(void) { finished = false; }
@@ -451,11 +452,8 @@ END_TEST
 
 static int cp_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     P = mpiv_size();
     return 0;
@@ -479,14 +477,6 @@ static Suite *cp_suite(void)
 /* Every rank reports: a failure on any rank then shows its message. */
 static bool cp_quiet(void) { return false; }
 
-static int cp_fini(int failed)
-{
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
-        return 1;
-    }
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
-}
 
 CHECK_MAIN(.suite = cp_suite, .fork = CK_NOFORK, .init = cp_init, .quiet = cp_quiet,
-           .fini = cp_fini);
+           .fini = test_mpiv_fini);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "mpiv.h"
 
 static int me, nranks, partner;
@@ -348,11 +349,8 @@ END_TEST
 
 static int cp_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     nranks = mpiv_size();
     partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
@@ -378,14 +376,6 @@ static Suite *cp_suite(void)
 
 static bool cp_quiet(void) { return me != 0; }
 
-static int cp_fini(int failed)
-{
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
-        return 1;
-    }
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
-}
 
 CHECK_MAIN(.suite = cp_suite, .fork = CK_NOFORK, .init = cp_init, .quiet = cp_quiet,
-           .fini = cp_fini);
+           .fini = test_mpiv_fini);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "mpiv.h"
 #include "server/server.h"
@@ -676,11 +677,8 @@ END_TEST
 /* Every rank starts MPIv and runs the same cases in step (CK_NOFORK). */
 static int p2p_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     nranks = mpiv_size();
     partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
@@ -722,14 +720,6 @@ static Suite *p2p_suite(void)
 /* Rank 0 prints Check's results for the job. */
 static bool p2p_quiet(void) { return me != 0; }
 
-static int p2p_fini(int failed)
-{
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
-        return 1; /* mpiv_run ends the job */
-    }
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
-}
 
 CHECK_MAIN(.suite = p2p_suite, .fork = CK_NOFORK, .init = p2p_init, .quiet = p2p_quiet,
-           .fini = p2p_fini);
+           .fini = test_mpiv_fini);

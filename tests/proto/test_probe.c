@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "common/test_wait.h"
 #include "mpiv.h"
@@ -271,11 +272,8 @@ END_TEST
 
 static int pr_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     nranks = mpiv_size();
     partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
@@ -298,14 +296,6 @@ static Suite *pr_suite(void)
 
 static bool pr_quiet(void) { return me != 0; }
 
-static int pr_fini(int failed)
-{
-    if (failed) {
-        fprintf(stderr, "rank %d: %d test(s) failed\n", me, failed);
-        return 1;
-    }
-    return mpiv_finalize() == MPIV_SUCCESS ? 0 : 1;
-}
 
 CHECK_MAIN(.suite = pr_suite, .fork = CK_NOFORK, .init = pr_init, .quiet = pr_quiet,
-           .fini = pr_fini);
+           .fini = test_mpiv_fini);

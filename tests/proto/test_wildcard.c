@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "common/test_wait.h"
 #include "mpiv.h"
@@ -432,11 +433,8 @@ END_TEST
 
 static int wc_init(int *argc, char ***argv)
 {
-    int rc = mpiv_init(argc, argv);
-    if (rc) {
-        fprintf(stderr, "mpiv_init: %s: %s\n", mpiv_strerror(rc), mpiv_error_detail());
+    if (test_mpiv_init(argc, argv))
         return 1;
-    }
     me = mpiv_rank();
     nranks = mpiv_size();
     partner = (me ^ 1) < nranks ? (me ^ 1) : -1;
@@ -444,7 +442,7 @@ static int wc_init(int *argc, char ***argv)
     eager = (ps ? (size_t)atol(ps) : 8192) - 32;
     const char *sd = getenv("MPIV_TEST_SEED");
     unsigned seed = sd ? (unsigned)strtoul(sd, NULL, 0) : (unsigned)test_now_ns();
-    rc = mpiv_bcast(&seed, sizeof seed, 0);
+    int rc = mpiv_bcast(&seed, sizeof seed, 0);
     if (rc)
         return 1;
     base_seed = seed;
