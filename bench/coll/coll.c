@@ -197,8 +197,9 @@ static double scale = 1;
 /* As many calls as last 0.1 s times the scale (-i; 0.01 s with --quick):
  * runs of 4, 32, 256, ... calls, which are also the warm-up, until one
  * lasts an eighth of that. Every rank takes the slowest rank's time
- * (max_of), so all decide alike. Fixed counts lasted milliseconds and
- * measured start-up transients as much as the collective. */
+ * (max_of), so all decide alike. Fixed counts made small collectives
+ * last milliseconds and measure start-up transients as much as the
+ * collective. */
 static int calibrate(int c, size_t n)
 {
     double target = 0.1 * scale;

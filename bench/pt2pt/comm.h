@@ -582,10 +582,10 @@ static inline void bc_parse(int argc, char **argv, struct bc_opts *o)
 #define BC_TAG_CALIBRATE 32767 /* MPI promises tags up to 32767 at least */
 
 /* How many iterations of a two-rank benchmark loop make one measurement
- * last at least min_time seconds. A fixed count does not: at 0.2 us a
- * round trip, OSU's 10,000 iterations take 4 ms, and such runs measured
- * start-up transients (different from run to run by 2x) more than the
- * steady state. Ranks 0 and 1 both run loop(0, k, arg) for k = first,
+ * last at least min_time seconds. A fixed count does not: where a round
+ * trip is fast, OSU's 10,000 iterations last milliseconds and measure
+ * start-up transients more than the steady state (docs/perf/pt2pt.md).
+ * Ranks 0 and 1 both run loop(0, k, arg) for k = first,
  * 8 first, 64 first, ...; rank 0 times each and tells rank 1 the next k,
  * or (negative) the final count once a run lasted min_time / 8 or more,
  * so both always run the same iterations. These runs are the warm-up. */

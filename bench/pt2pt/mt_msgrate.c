@@ -123,10 +123,9 @@ static void *run(void *unused)
         printf("%-8s %-8s %14s %14s\n", "# Pairs", "Size", "MB/s", "Messages/s");
         fflush(stdout);
     }
-    /* 4M messages: about a quarter of a second at MPIv's and MPICH's
-     * single-thread rates here; 512K (the old count) lasted 30 ms, short
-     * enough for start-up transients to swing it 2x. The budget (-t) ends
-     * slow rows early. */
+    /* Enough messages that a row at a fast single-thread rate lasts a
+     * good part of a second, past start-up transients (docs/perf/pt2pt.md);
+     * the budget (-t) ends slow rows early. */
     long total = opts.quick ? 1L << 14 : 1L << 22;
     {
         /* The anchor: as many windows as one pair gets below. */

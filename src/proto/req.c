@@ -4,8 +4,9 @@
  *
  * Why: a window of non-blocking calls (64 isends, then a waitall) takes and
  * returns 64 requests of one size. glibc keeps 7 chunks of a size in its
- * per-thread cache; the rest go through its bins, and in the one-thread
- * window-64 loop malloc and free were about 30% of the instructions.
+ * per-thread cache and serves only chunks of up to 128 bytes from its fast
+ * bins; a request is larger, so the rest of a window went through its
+ * bins (docs/perf/pt2pt.md has what that cost).
  *
  * Invariants:
  *  C1  A cached request is owned by exactly one pthread's list: it is

@@ -114,10 +114,10 @@
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
 /* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring:
- * up to 512 KiB copying through the ring twice beats the rendezvous's
- * RTS, read and FIN by about 2x in latency and is no slower in window
- * bandwidth (bench/pt2pt with calibrated counts, docs/perf/pt2pt.md); a
- * bigger record would need bigger rings. */
+ * up to this size copying through the ring twice beats the rendezvous's
+ * RTS, read and FIN in latency and is no slower in window bandwidth
+ * (bench/pt2pt, docs/perf/pt2pt.md); a bigger record would need bigger
+ * rings. */
 #define SHM_EAGER_DEFAULT ((size_t)512 << 10)
 #define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
