@@ -15,12 +15,14 @@
  * ring lidx[s] carrying what rank s sends to r. A ring is `ring_bytes`
  * (a power of two) of variable-length records and two counters on cache
  * lines of their own: tail (bytes written, by the sender) and head (bytes
- * consumed, by the receiver). A record is a 24-byte header (kind, length,
- * its own size in 64-byte lines, and the CHUNK address or IMM value), then
- * its payload, rounded up to 64 bytes, so every record starts on a cache
- * line and an 8-byte message (24 + 32-byte protocol header + 8) takes one
- * line. A record never wraps: one that does not fit before the end of the
- * ring is preceded by a SKIP record that fills the rest of it.
+ * consumed, by the receiver). A record is a 24-byte header (a stamp,
+ * kind, length, its own size in 64-byte lines, the IMM value), then its
+ * payload (a CHUNK's begins with its address), rounded up to 64 bytes, so
+ * every record starts on a cache line and an 8-byte message (24 + 32-byte
+ * protocol header + 8) takes one line; a record of more lines ends with a
+ * copy of its stamp. A record never wraps: one that does not fit before
+ * the end of the ring is preceded by a SKIP record that fills the rest of
+ * it.
  *
  * Invariants of a ring (single producer, single consumer):
  *  R1 Only the sending rank writes tail and records, and within it only the
@@ -29,13 +31,24 @@
  *  R2 0 <= tail - head <= ring_bytes, and both are multiples of 64: a
  *     sender writes the bytes [tail, tail + n) only after seeing (acquire)
  *     head >= tail + n - ring_bytes, i.e. the receiver is done with them.
- *  R3 A record's bytes are written before tail moves past it (release), and
- *     read only after the receiver saw tail past it (acquire); the receiver
- *     stores head (release) only after it is done reading, which for a MSG
- *     record is after the core's handler returned (it reads the record in
- *     place: a "borrowed" arrival, see shm_release).
+ *  R3 A record's bytes (its stamp's copy at its end included) are written
+ *     before its stamp (release), and its stamp before tail moves past it
+ *     (release). The receiver reads a record only after it saw (acquire)
+ *     the stamp at its head equal to head ^ the ring's key, and stores head
+ *     (release) only after it is done reading, which for a MSG record is
+ *     after the core's handler returned (it reads the record in place: a
+ *     "borrowed" arrival, see shm_release). So the receiver of a one-line
+ *     message reads that line and nothing else the sender wrote: one
+ *     cache-line transfer, where polling tail took two.
  *  R4 Records of one ring are consumed in order, so what one rank sends to
  *     another arrives in the order posted (same key, same order: DESIGN).
+ *  R5 A stamp names its position: positions only grow, and the key is a
+ *     random 64-bit number with its top bit set, chosen by the receiving
+ *     rank for its segment (so never 0, what a fresh ring holds). A record
+ *     of an earlier lap, or payload bytes, pass for a stamp only by a 2^-64
+ *     chance. By R3, a position the tail has passed whose stamp does not
+ *     match is no record boundary of the sender's: the ring is broken there
+ *     (see below).
  *
  * Two ways in: post_send copies a packet into a record (the core's queued
  * path), send_inline copies a header and the user's payload straight into
@@ -61,9 +74,11 @@
  *
  * Nothing in a record is trusted (the peer may be buggy or hostile): the
  * header is copied once and only the copy is used. A record whose size is
- * zero, runs past the tail or the end of the ring, or a SKIP that does not
- * end exactly at the end of the ring, makes the rest of what the ring holds
- * unreadable: it is dropped as one, and reading resumes at the tail. A MSG
+ * zero, runs past the end of the ring or does not end with its stamp's
+ * copy, a SKIP that does not end exactly at the end of the ring, or a
+ * position the tail has passed with no stamp, makes the rest of what the
+ * ring holds unreadable: it is dropped as one, and reading resumes at the
+ * tail. A MSG
  * or CHUNK whose length exceeds its record or inline_max, a CHUNK whose
  * bytes do not lie wholly inside one live registration of ours, or an
  * unknown kind is dropped and the ring moves on by the record's size. All
@@ -126,15 +141,24 @@
 
 enum shm_kind { REC_MSG = 1, REC_CHUNK = 2, REC_IMM = 3, REC_SKIP = 4 };
 
+/* A record's header. The stamp is written last (release), after the rest
+ * of the record: the receiver polls the stamp of the record at its head,
+ * not the ring's tail, so a small message costs it one cache line from
+ * the sender, not two (R3). A record of more than one line ends with a
+ * copy of the stamp (its last 8 bytes), written before the header's:
+ * a size that does not match what was written finds no copy there. */
 struct shm_rec {
+    _Atomic uint64_t stamp; /* the record's ring position ^ the ring's key  */
     uint32_t kind;  /* enum shm_kind                                         */
     uint32_t len;   /* MSG, CHUNK: payload bytes; IMM: the write's length   */
-    uint32_t imm;   /* IMM                                                   */
     uint32_t lines; /* the record's size in 64-byte lines, header included */
-    uint64_t raddr; /* CHUNK: where the payload goes in the receiver        */
-    unsigned char data[];
+    uint32_t imm;   /* IMM                                                   */
+    unsigned char data[]; /* CHUNK: the receiver's address (8 bytes), then
+                             the payload                                    */
 };
 #define REC_HDR sizeof(struct shm_rec)
+#define REC_TRAILER sizeof(uint64_t)
+#define CHUNK_ADDR sizeof(uint64_t)
 _Static_assert(sizeof(struct shm_rec) == 24, "record header");
 
 struct shm_ring {
@@ -147,6 +171,7 @@ struct shm_seg_header {
     uint64_t magic;
     uint32_t nranks, pad;
     uint64_t ring_bytes, ring_size, inline_max;
+    uint64_t key; /* the stamps' key of every ring in the segment (R5)    */
 };
 
 /* A live registration: [start, end) may receive CHUNK records. */
@@ -173,7 +198,9 @@ struct srv_backend {
     size_t pkt_data;   /* payload bytes of a packet                         */
     uint64_t ring_bytes; /* record space per ring, a power of two           */
     size_t rec_max;    /* payload bytes of the largest record (a quarter
-                          of the ring, less the header)                     */
+                          of the ring, less the header and trailer)        */
+    uint64_t key;      /* R5: the stamps' key of the rings we receive on  */
+    uint64_t *ring_key; /* [size]: the key of our ring at each peer       */
     size_t inline_max; /* payload bytes of the largest MSG record         */
     size_t ring_size;  /* counters + record space                          */
     size_t seg_size;
@@ -221,8 +248,14 @@ static struct shm_ring *ring_of(struct srv_backend *be, unsigned char *seg, int 
     return (struct shm_ring *)(seg + 64 + (size_t)be->lidx[sender] * be->ring_size);
 }
 
-/* The record space a payload of len bytes takes (a multiple of 64). */
-static size_t rec_bytes(size_t len) { return (REC_HDR + len + 63) & ~(size_t)63; }
+/* The record space a payload of len bytes takes (a multiple of 64): one
+ * line, or more ending with the stamp's copy. */
+static size_t rec_bytes(size_t len)
+{
+    if (REC_HDR + len <= 64)
+        return 64;
+    return (REC_HDR + len + REC_TRAILER + 63) & ~(size_t)63;
+}
 
 static void shm_finalize(struct srv_backend *be);
 
@@ -273,6 +306,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
     be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
+    be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
     atomic_init(&be->cma, cfg->shm_cma ? 1 : 0);
     atomic_init(&be->ndone, 0);
@@ -280,7 +314,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->hot_check || !be->dirty) {
+        !be->seen_head || !be->hot_check || !be->dirty || !be->ring_key) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -294,13 +328,14 @@ static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
 {
     be->pkt_data = pkt_data_size(pool);
     /* a record must hold a whole packet (MPIV_PACKET_SIZE may be large) */
-    if (be->ring_bytes / 4 - REC_HDR < be->pkt_data && be->ring_bytes == (uint64_t)be->shm_ring)
+    if (be->ring_bytes / 4 - REC_HDR - REC_TRAILER < be->pkt_data &&
+        be->ring_bytes == (uint64_t)be->shm_ring)
         return util_err(MPIV_ERR_CONFIG,
                         "MPIV_SHM_RING=%zu: a ring must hold 4 packets of MPIV_PACKET_SIZE=%zu",
                         (size_t)be->ring_bytes, be->pkt_data + UTIL_PACKET_HEADER_BYTES);
-    while (be->ring_bytes / 4 - REC_HDR < be->pkt_data)
+    while (be->ring_bytes / 4 - REC_HDR - REC_TRAILER < be->pkt_data)
         be->ring_bytes *= 2;
-    be->rec_max = be->ring_bytes / 4 - REC_HDR;
+    be->rec_max = be->ring_bytes / 4 - REC_HDR - REC_TRAILER;
     size_t want = (be->shm_eager ? be->shm_eager : SHM_EAGER_DEFAULT) + UTIL_PACKET_HEADER_BYTES;
     if (be->shm_eager && want > be->rec_max)
         return util_err(MPIV_ERR_CONFIG,
@@ -351,6 +386,11 @@ static int create_segment(struct srv_backend *be, uint64_t key)
     h->ring_bytes = be->ring_bytes;
     h->ring_size = be->ring_size;
     h->inline_max = be->inline_max;
+    /* R5 */
+    if (getrandom(&be->key, sizeof be->key, 0) != (ssize_t)sizeof be->key)
+        be->key = util_now_ns() ^ ((uint64_t)getpid() << 32);
+    be->key |= UINT64_C(1) << 63;
+    h->key = be->key;
     return MPIV_SUCCESS;
 }
 
@@ -403,6 +443,7 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
         h->ring_bytes != be->ring_bytes || h->inline_max != be->inline_max)
         return util_err(MPIV_ERR_NET, "shm: rank %d's segment does not match ours (different "
                                       "MPIV_PACKET_SIZE or MPIV_SHM_EAGER_LIMIT?)", r);
+    be->ring_key[r] = h->key;
     return MPIV_SUCCESS;
 }
 
@@ -446,7 +487,12 @@ static int shm_exchange(struct srv_backend *be)
         rc = made;
     for (int k = 0; rc == MPIV_SUCCESS && k < be->nlocal; k++) {
         int r = be->locals[k];
-        rc = r == be->rank ? (be->peer[r] = be->mine, MPIV_SUCCESS) : map_peer(be, key, r);
+        if (r == be->rank) {
+            be->peer[r] = be->mine;
+            be->ring_key[r] = be->key;
+        } else {
+            rc = map_peer(be, key, r);
+        }
     }
     /* everybody has mapped everybody (or failed): nothing needs the names */
     ok = rc == MPIV_SUCCESS;
@@ -469,13 +515,21 @@ static int shm_exchange(struct srv_backend *be)
     return MPIV_SUCCESS;
 }
 
+/* Where a record is being written: its ring, its position and the tail
+ * that publishes it. */
+struct rec_spot {
+    struct shm_ring *g;
+    uint64_t pos, end, key;
+};
+
 /* Room for a record of len payload bytes in our ring at `peer`: returns
- * where to write it and sets *end to the tail that publishes it (with a
- * SKIP record written first if it would not fit before the end of the
- * ring), or NULL when the ring is full (R2). send_lock[peer] held. */
+ * where to write it and fills in *at (with a SKIP record written and
+ * stamped first if it would not fit before the end of the ring), or NULL
+ * when the ring is full (R2). send_lock[peer] held. */
 static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
-                                 struct shm_ring **g, uint64_t *end)
+                                 struct rec_spot *at)
 {
+    struct shm_ring **g = &at->g;
     *g = ring_of(be, be->peer[peer], be->rank);
     /* relaxed: only we write tail (R1) */
     uint64_t t = atomic_load_explicit(&(*g)->tail, memory_order_relaxed);
@@ -508,23 +562,39 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
         if (t + span - be->seen_head[peer] > be->ring_bytes)
             return NULL;
     }
+    at->key = be->ring_key[peer];
+    at->pos = t;
     if (wrap) {
         struct shm_rec *skip = (struct shm_rec *)((*g)->bytes + off);
         skip->kind = REC_SKIP;
         skip->len = 0;
         skip->lines = (uint32_t)(to_end / 64);
+        /* release: R3 (a SKIP's payload is never read: no stamp's copy) */
+        atomic_store_explicit(&skip->stamp, t ^ at->key, memory_order_release);
         off = 0;
+        at->pos = t + to_end;
     }
-    *end = t + span;
+    at->end = t + span;
     return (struct shm_rec *)((*g)->bytes + off);
 }
 
-/* Fills in the record's size and publishes it (and a SKIP before it). */
-static void rec_commit(struct shm_ring *g, struct shm_rec *r, size_t len, uint64_t end)
+/* Publishes a record of `lines` lines: its stamp's copy, its stamp, then
+ * the tail (R3). */
+static void rec_publish(const struct rec_spot *at, struct shm_rec *r, uint32_t lines)
 {
-    r->lines = (uint32_t)(rec_bytes(len) / 64);
+    uint64_t stamp = at->pos ^ at->key;
+    r->lines = lines;
+    if (lines > 1)
+        memcpy((unsigned char *)r + (size_t)lines * 64 - REC_TRAILER, &stamp, REC_TRAILER);
     /* release: the record's contents before the receiver can see it (R3) */
-    atomic_store_explicit(&g->tail, end, memory_order_release);
+    atomic_store_explicit(&r->stamp, stamp, memory_order_release);
+    atomic_store_explicit(&at->g->tail, at->end, memory_order_release);
+}
+
+/* Fills in the size of a record of len payload bytes and publishes it. */
+static void rec_commit(const struct rec_spot *at, struct shm_rec *r, size_t len)
+{
+    rec_publish(at, r, (uint32_t)(rec_bytes(len) / 64));
 }
 
 /* Whether the process of rank `peer` still exists (a zombie still does:
@@ -545,10 +615,9 @@ static int ring_full(struct srv_backend *be, int peer, const char *what)
 
 static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
 {
-    struct shm_ring *g;
-    uint64_t end;
+    struct rec_spot at;
     util_spin_lock(&be->send_lock[peer]);
-    struct shm_rec *r = rec_begin(be, peer, p->len, &g, &end);
+    struct shm_rec *r = rec_begin(be, peer, p->len, &at);
     if (!r) {
         util_spin_unlock(&be->send_lock[peer]);
         return ring_full(be, peer, "send");
@@ -556,7 +625,7 @@ static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
     r->kind = REC_MSG;
     r->len = p->len;
     memcpy(r->data, p->data, p->len);
-    rec_commit(g, r, p->len, end);
+    rec_commit(&at, r, p->len);
     util_spin_unlock(&be->send_lock[peer]);
     return SRV_DONE; /* the data left with the call: p is free */
 }
@@ -569,10 +638,9 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     if (total > be->inline_max || total < hlen)
         return util_err(MPIV_ERR_ARG, "shm: an inline send of %zu bytes (at most %zu)", total,
                         be->inline_max);
-    struct shm_ring *g;
-    uint64_t end;
+    struct rec_spot at;
     util_spin_lock(&be->send_lock[peer]);
-    struct shm_rec *r = rec_begin(be, peer, total, &g, &end);
+    struct shm_rec *r = rec_begin(be, peer, total, &at);
     if (!r) {
         util_spin_unlock(&be->send_lock[peer]);
         return ring_full(be, peer, "send");
@@ -582,7 +650,7 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     memcpy(r->data, hdr, hlen);
     if (len)
         memcpy(r->data + hlen, payload, len);
-    rec_commit(g, r, total, end);
+    rec_commit(&at, r, total);
     util_spin_unlock(&be->send_lock[peer]);
     return SRV_DONE;
 }
@@ -716,13 +784,13 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             return MPIV_SUCCESS; /* its error completion follows; no IMM */
         }
     }
-    struct shm_ring *g;
+    size_t chunk_max = be->rec_max - CHUNK_ADDR;
     util_spin_lock(&be->send_lock[op->peer]);
     for (;;) {
         size_t off = (size_t)op->note[0];
-        size_t n = op->len - off < be->rec_max ? op->len - off : be->rec_max;
-        uint64_t end;
-        struct shm_rec *c = rec_begin(be, op->peer, n, &g, &end);
+        size_t n = op->len - off < chunk_max ? op->len - off : chunk_max;
+        struct rec_spot at;
+        struct shm_rec *c = rec_begin(be, op->peer, off < op->len ? CHUNK_ADDR + n : 0, &at);
         if (!c) {
             util_spin_unlock(&be->send_lock[op->peer]);
             int rc = ring_full(be, op->peer, "RDMA write");
@@ -734,17 +802,18 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             return SRV_AGAIN; /* op->note keeps how far it got */
         }
         if (off < op->len) {
+            uint64_t raddr = op->raddr + off;
             c->kind = REC_CHUNK;
             c->len = (uint32_t)n;
-            c->raddr = op->raddr + off;
-            memcpy(c->data, (const char *)op->buf + off, n);
+            memcpy(c->data, &raddr, CHUNK_ADDR);
+            memcpy(c->data + CHUNK_ADDR, (const char *)op->buf + off, n);
             op->note[0] += n;
-            rec_commit(g, c, n, end);
+            rec_commit(&at, c, CHUNK_ADDR + n);
         } else {
             c->kind = REC_IMM;
             c->len = (uint32_t)op->len;
             c->imm = op->imm;
-            rec_commit(g, c, 0, end);
+            rec_commit(&at, c, 0);
             break;
         }
     }
@@ -753,8 +822,15 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
     return MPIV_SUCCESS;
 }
 
+/* What poll_ring acts on: a copy of a record's header, taken once (a
+ * faulty peer may rewrite the record meanwhile). */
+struct rec_fields {
+    uint32_t kind, len, lines, imm;
+    uint64_t raddr; /* CHUNK */
+};
+
 /* Counts a bad record from `src` and logs it, rate-limited. */
-static void rec_dropped(struct srv_backend *be, int src, const struct shm_rec *c,
+static void rec_dropped(struct srv_backend *be, int src, const struct rec_fields *c,
                         const char *why)
 {
     uint64_t quiet;
@@ -779,47 +855,78 @@ static void shm_release(struct srv_backend *be)
     be->ndirty = 0;
 }
 
+/* The ring is broken at *h (R5, or a record that cannot be right): if the
+ * tail has passed *h, drops all the ring holds (counted once, as c) and
+ * moves *h to the tail; returns whether it did. A tail not past *h means
+ * the sender has not finished publishing: nothing to do yet. */
+static bool ring_skip_to_tail(struct srv_backend *be, int s, struct shm_ring *g, uint64_t *h,
+                              const struct rec_fields *c, const char *why)
+{
+    /* acquire: every stamp below the tail is visible (R3) */
+    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+    if ((int64_t)(tail - *h) <= 0)
+        return false;
+    rec_dropped(be, s, c, why);
+    *h = tail;
+    return true;
+}
+
 /* Reads what ring s holds into ev (at most max); returns how many. */
 static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
 {
     int out = 0;
     bool lent = false;
     struct shm_ring *g = ring_of(be, be->mine, s);
-    /* acquire: the records below tail are written (R3) */
-    uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
-    uint64_t h = be->head[s];
-    if (h == tail)
-        return 0;
-    /* a tail more than a ring ahead breaks R2: read no more than the ring
-     * holds */
-    if (tail - h > be->ring_bytes)
-        tail = h + be->ring_bytes;
-    while (h != tail && out < max) {
+    uint64_t h = be->head[s], h0 = h;
+    while (out < max) {
         size_t off = (size_t)(h & (be->ring_bytes - 1));
-        uint64_t avail = tail - h;
-        /* what we check is what we act on: one copy of the header (a
-         * faulty peer may rewrite the record meanwhile) */
-        struct shm_rec hd = {0};
-        if ((h & 63) || avail < 64) {
-            rec_dropped(be, s, &hd, "the tail is not on a record boundary");
-            h = tail;
-            break;
+        struct rec_fields hd = {0};
+        if (h & 63) { /* only after skipping to a tail that was off the grid */
+            if (!ring_skip_to_tail(be, s, g, &h, &hd, "the tail is not on a record boundary"))
+                break;
+            continue;
         }
-        memcpy(&hd, g->bytes + off, REC_HDR);
+        const struct shm_rec *r = (const struct shm_rec *)(g->bytes + off);
+        uint64_t stamp = h ^ be->key;
+        /* acquire: the record is written (R3) */
+        if (atomic_load_explicit(&r->stamp, memory_order_acquire) != stamp) {
+            /* nothing here yet, or (R5) no record where the tail has been */
+            uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
+            if ((int64_t)(tail - h) <= 0)
+                break;
+            /* acquire: the tail's acquire covers a stamp published since */
+            if (atomic_load_explicit(&r->stamp, memory_order_acquire) == stamp)
+                continue;
+            ring_skip_to_tail(be, s, g, &h, &hd, "no record where the tail has passed");
+            continue;
+        }
+        /* what we check is what we act on: one copy of the header */
+        memcpy(&hd, &r->kind, 4 * sizeof(uint32_t));
         size_t size = (size_t)hd.lines * 64;
-        if (hd.lines == 0 || size > avail || size > be->ring_bytes - off ||
+        if (hd.lines == 0 || size > be->ring_bytes - off ||
             (hd.kind == REC_SKIP && size != be->ring_bytes - off)) {
             /* no way to find the next record: skip all that is there */
-            rec_dropped(be, s, &hd, "its size overruns the ring");
-            h = tail;
-            break;
+            if (!ring_skip_to_tail(be, s, g, &h, &hd, "its size overruns the ring"))
+                break;
+            continue;
         }
-        const unsigned char *data = g->bytes + off + REC_HDR;
-        bool fits = hd.len <= size - REC_HDR;
+        size_t room = size - REC_HDR; /* payload bytes the record holds */
+        if (hd.kind != REC_SKIP && hd.lines > 1) {
+            uint64_t copy;
+            memcpy(&copy, g->bytes + off + size - REC_TRAILER, REC_TRAILER);
+            if (copy != stamp) {
+                if (!ring_skip_to_tail(be, s, g, &h, &hd,
+                                       "its size is not what its sender wrote"))
+                    break;
+                continue;
+            }
+            room -= REC_TRAILER;
+        }
+        const unsigned char *data = r->data;
         if (hd.kind == REC_SKIP) {
             /* the sender wraps: nothing to do */
         } else if (hd.kind == REC_MSG) {
-            if (!fits || hd.len > be->inline_max) {
+            if (hd.len > room || hd.len > be->inline_max) {
                 rec_dropped(be, s, &hd, "longer than its record or the eager limit");
             } else {
                 if (!be->nposted)
@@ -830,14 +937,17 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
                 lent = true;
             }
         } else if (hd.kind == REC_CHUNK) {
-            if (!fits) {
+            if (room < CHUNK_ADDR || hd.len > room - CHUNK_ADDR) {
                 rec_dropped(be, s, &hd, "longer than its record");
                 be->write_broken[s] = true;
-            } else if (!reg_covers(be, hd.raddr, hd.len)) {
-                rec_dropped(be, s, &hd, "not inside a registered region");
-                be->write_broken[s] = true;
             } else {
-                memcpy((void *)(uintptr_t)hd.raddr, data, hd.len);
+                memcpy(&hd.raddr, data, CHUNK_ADDR);
+                if (!reg_covers(be, hd.raddr, hd.len)) {
+                    rec_dropped(be, s, &hd, "not inside a registered region");
+                    be->write_broken[s] = true;
+                } else {
+                    memcpy((void *)(uintptr_t)hd.raddr, data + CHUNK_ADDR, hd.len);
+                }
             }
         } else if (hd.kind == REC_IMM) {
             ev[out++] = (struct srv_cqe){.kind = SRV_CQE_IMM,
@@ -851,6 +961,8 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
         }
         h += size;
     }
+    if (h == h0)
+        return out;
     be->head[s] = h;
     if (lent)
         be->dirty[be->ndirty++] = s; /* shm_release moves the ring's head */
@@ -985,12 +1097,12 @@ static int shm_rdma_read(struct srv_backend *be, void *buf, size_t len, int peer
 int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32_t len,
                          uint32_t lines, uint64_t raddr, uint32_t imm, const void *data, size_t n)
 {
-    if (n > be->rec_max)
-        n = be->rec_max;
-    struct shm_ring *g;
-    uint64_t end;
+    size_t addr = kind == REC_CHUNK ? CHUNK_ADDR : 0; /* a CHUNK's payload begins with it */
+    if (n > be->rec_max - addr)
+        n = be->rec_max - addr;
+    struct rec_spot at;
     util_spin_lock(&be->send_lock[peer]);
-    struct shm_rec *c = rec_begin(be, peer, n, &g, &end);
+    struct shm_rec *c = rec_begin(be, peer, addr + n, &at);
     if (!c) {
         util_spin_unlock(&be->send_lock[peer]);
         return SRV_AGAIN;
@@ -998,14 +1110,21 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
     c->kind = kind;
     c->len = len;
     c->imm = imm;
-    c->raddr = raddr;
+    if (addr)
+        memcpy(c->data, &raddr, addr);
     if (data && n)
-        memcpy(c->data, data, n);
-    if (lines) { /* a lie about its size */
+        memcpy(c->data + addr, data, n);
+    uint32_t true_lines = (uint32_t)(rec_bytes(addr + n) / 64);
+    if (lines) { /* a lie about its size: the stamp's copy is where the truth says */
+        uint64_t stamp = at.pos ^ at.key;
+        if (true_lines > 1)
+            memcpy((unsigned char *)c + (size_t)true_lines * 64 - REC_TRAILER, &stamp,
+                   REC_TRAILER);
         c->lines = lines;
-        atomic_store_explicit(&g->tail, end, memory_order_release);
+        atomic_store_explicit(&c->stamp, stamp, memory_order_release);
+        atomic_store_explicit(&at.g->tail, at.end, memory_order_release);
     } else {
-        rec_commit(g, c, n, end);
+        rec_publish(&at, c, true_lines);
     }
     util_spin_unlock(&be->send_lock[peer]);
     return MPIV_SUCCESS;
@@ -1060,6 +1179,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->seen_head);
     free(be->hot_check);
     free(be->dirty);
+    free(be->ring_key);
     free(be->posted);
     free(be->done);
     free(be->write_broken);

@@ -10,10 +10,12 @@
  *    unknown kinds: all dropped and counted, nothing written outside the
  *    registered buffer, the ring moves on, and the write they belonged to
  *    completes with an error at the target; records whose size is zero,
- *    runs past the tail or the end of the ring, a SKIP short of the end,
- *    a tail off the record grid: dropped, and reading resumes at the tail;
+ *    runs past the end of the ring or past what its sender wrote (no
+ *    copy of its stamp at its end), a SKIP short of the end, a tail off
+ *    the record grid: dropped, and reading resumes at the tail;
  *  - shm: small messages of varied sizes wrap the byte ring many times
- *    (SKIP records), a full ring says SRV_AGAIN, every byte arrives;
+ *    (SKIP records), a full ring says SRV_AGAIN, every byte arrives; the
+ *    same with the sender and the reader on two threads at once;
  *  - shm: a write to this rank outside every registration fails; a write
  *    longer than max_write is refused; a peer segment of another mode or
  *    size is refused before it is mapped;
@@ -30,6 +32,8 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,13 +160,13 @@ START_TEST(test_shm_forged_cells)
     } bad[] = {
         {CELL_CHUNK, 32, b - 16},                             /* straddles the start   */
         {CELL_CHUNK, 16, b + PAGE - 6},                       /* straddles the end     */
-        {CELL_CHUNK, 105, b},              /* longer than its record (128 B: 104 of data) */
+        {CELL_CHUNK, 89, b}, /* longer than its record (128 B: 8 of address, 88 of data) */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region},        /* not registered        */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)region + 2 * PAGE}, /* nor after it      */
         {CELL_CHUNK, 16, UINT64_MAX - 8},                     /* wraps around          */
         {CELL_CHUNK, 64, (uint64_t)(uintptr_t)gone},          /* deregistered          */
         {77, 64, b},                                          /* unknown kind          */
-        {CELL_MSG, 105, 0},                                   /* longer than its record */
+        {CELL_MSG, 97, 0}, /* longer than its record (128 B: 96 of payload) */
         {CELL_MSG, UINT32_MAX, 0},
     };
     size_t nbad = sizeof bad / sizeof bad[0];
@@ -319,6 +323,78 @@ START_TEST(test_shm_ring_wrap)
     poll_none(5);
     ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
     pkt_put(pool, 0, p);
+    down();
+}
+END_TEST
+
+/* A sending thread and a polling one at once, as two ranks run (R3, R5):
+ * records of 0 to ~700 bytes (one line and several, the stamp's copy at
+ * different offsets) go around the ring many times while the other
+ * thread reads them as they are published. Every record must arrive
+ * whole and in order, and nothing be dropped: a stamp published before
+ * the bytes it covers, or a stale stamp of an earlier lap taken for a new
+ * one, shows up as a wrong byte here, and as a data race under TSan. */
+enum { STAMP_RECORDS = 60000 };
+
+static unsigned char stamp_byte(uint32_t seq, size_t k) { return (unsigned char)(seq * 7u + k); }
+
+static void *stamp_sender(void *arg)
+{
+    (void)arg;
+    unsigned char hdr[32], body[700];
+    for (uint32_t i = 0; i < STAMP_RECORDS; i++) {
+        size_t len = (i * 131u) % sizeof body;
+        memset(hdr, 0, sizeof hdr);
+        memcpy(hdr, &i, sizeof i);
+        for (size_t k = 0; k < len; k++)
+            body[k] = stamp_byte(i, k);
+        int rc;
+        while ((rc = ops->send_inline(be, 0, hdr, sizeof hdr, body, len)) == SRV_AGAIN)
+            sched_yield();
+        if (rc != SRV_DONE)
+            return (void *)(uintptr_t)1;
+    }
+    return NULL;
+}
+
+START_TEST(test_shm_two_threads)
+{
+    up(&srv_shm_ops);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, stamp_sender, NULL), 0);
+    struct srv_cqe ev[16];
+    uint32_t want = 0, bad_seq = UINT32_MAX;
+    size_t bad_at = 0;
+    uint64_t deadline = util_now_ns() + 60ull * 1000000000ull;
+    while (want < STAMP_RECORDS && util_now_ns() < deadline) {
+        int n = ops->poll(be, ev, 16);
+        ck_assert_int_ge(n, 0);
+        for (int i = 0; i < n; i++) {
+            size_t len = (want * 131u) % 700u;
+            uint32_t seq;
+            memcpy(&seq, ev[i].data, sizeof seq);
+            if (bad_seq == UINT32_MAX && (ev[i].kind != SRV_CQE_RECV || seq != want ||
+                                          ev[i].len != 32 + len))
+                bad_seq = want;
+            for (size_t k = 0; k < len && bad_seq == UINT32_MAX; k++)
+                if (ev[i].data[32 + k] != stamp_byte(want, k)) {
+                    bad_seq = want;
+                    bad_at = k;
+                }
+            ck_assert_int_eq(ops->post_recv(be, ev[i].p), MPIV_SUCCESS);
+            want++;
+        }
+        if (ops->release)
+            ops->release(be);
+    }
+    void *ret;
+    ck_assert_int_eq(pthread_join(t, &ret), 0);
+    ck_assert_ptr_null(ret);
+    ck_assert_msg(want == STAMP_RECORDS, "%u of %d records arrived", want, STAMP_RECORDS);
+    ck_assert_msg(bad_seq == UINT32_MAX, "record %u is wrong (first at payload byte %zu)",
+                  bad_seq, bad_at);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    poll_none(5);
     down();
 }
 END_TEST
@@ -699,6 +775,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_forged_cells);
     tcase_add_test(shm, test_shm_forged_sizes);
     tcase_add_test(shm, test_shm_ring_wrap);
+    tcase_add_test(shm, test_shm_two_threads);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_write_self_unregistered);
