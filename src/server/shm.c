@@ -128,6 +128,8 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
+/* One empty poll of a ring in this many reads its tail (R5). */
+#define SHM_TAIL_LOOK 64u
 /* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring:
  * up to this size copying through the ring twice beats the rendezvous's
  * RTS, read and FIN in latency and is no slower in window bandwidth
@@ -217,6 +219,7 @@ struct srv_backend {
     uint64_t *hot_check;   /* under send_lock[peer]: the tail at which the
                               next record looks whether it may start over
                               (rec_begin)                                 */
+    uint32_t *empty_polls; /* per sender: polls that found no stamp        */
     uint64_t *head;        /* R1: our consumer's copy of head, per sender;
                               ahead of the ring's own while borrowed       */
     int *dirty;            /* senders whose head waits for shm_release     */
@@ -307,6 +310,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
+    be->empty_polls = calloc((size_t)size, sizeof *be->empty_polls);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
     atomic_init(&be->cma, cfg->shm_cma ? 1 : 0);
     atomic_init(&be->ndone, 0);
@@ -314,7 +318,8 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->hot_check || !be->dirty || !be->ring_key) {
+        !be->seen_head || !be->hot_check || !be->dirty || !be->ring_key ||
+        !be->empty_polls) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -890,7 +895,13 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
         uint64_t stamp = h ^ be->key;
         /* acquire: the record is written (R3) */
         if (atomic_load_explicit(&r->stamp, memory_order_acquire) != stamp) {
-            /* nothing here yet, or (R5) no record where the tail has been */
+            /* nothing here yet, or (R5) no record where the tail has been:
+             * the tail is looked at once in SHM_TAIL_LOOK empty polls, so
+             * that its line stays with the sender while the reader waits
+             * (a broken ring is found a little later, and found all the
+             * same) */
+            if (++be->empty_polls[s] % SHM_TAIL_LOOK)
+                break;
             uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
             if ((int64_t)(tail - h) <= 0)
                 break;
@@ -1180,6 +1191,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->hot_check);
     free(be->dirty);
     free(be->ring_key);
+    free(be->empty_polls);
     free(be->posted);
     free(be->done);
     free(be->write_broken);

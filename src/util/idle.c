@@ -35,8 +35,10 @@ enum util_idle_phase util_idle_step(struct util_idle *s)
 {
     if (s->nap)
         return UTIL_IDLE_LONG;
-    /* the clock is read every 16th empty poll: it costs more than a poll */
-    if ((s->n++ & 15) == 0) {
+    /* the clock is read every 16th empty poll: it costs more than a poll,
+     * and a wait for a reply on its way (a ping-pong's) ends within the
+     * first 15, which then read no clock at all */
+    if ((++s->n & 15) == 0) {
         uint64_t now = util_now_ns();
         if (!s->start)
             s->start = now;
