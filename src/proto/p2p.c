@@ -110,7 +110,8 @@
  *     it.
  *  I6 Flow control: a rank sends another at most proto.credit_max bytes of
  *     eager messages (counted with their headers) that the receiver has not
- *     consumed; the receiver gives credit back once it consumed them
+ *     consumed, not counting those whose payload is no larger than an RTS
+ *     body (they cost no more than the RTS that would replace them); the receiver gives credit back once it consumed them
  *     (piggybacked on any packet past an eighth of it, or a CREDIT packet
  *     past a quarter). Without
  *     credit a message goes as an RTS, whose payload stays at the sender,
@@ -298,6 +299,16 @@ static pkt_t *proto_copy_if_crowded(pkt_t *p)
  * its header and the packet header of a heap copy. */
 static long eager_cost(size_t size) { return (long)(size + sizeof(struct proto_hdr) + 64); }
 
+/* The credit an eager message takes: none for a payload no larger than an
+ * RTS body, since the RTS that would replace it costs the receiver as much
+ * (I6's "one header per pending send"); so a flood of tiny messages never
+ * turns into rendezvous, which would cost a round trip each and buy no
+ * memory. Both sides apply it (credit_owe), so credit stays balanced. */
+static long credit_cost(size_t size)
+{
+    return size <= sizeof(struct proto_rts) ? 0 : eager_cost(size);
+}
+
 /* Takes credit for an eager message to dest; false if there is not enough. */
 static bool credit_take(int dest, long cost)
 {
@@ -349,10 +360,10 @@ static void hdr_init(struct proto_hdr *h, uint8_t type, int dest)
  * the next consumption, carries it). */
 static void credit_owe(int src, size_t size, bool server)
 {
-    if (src == proto.rank)
+    long cost = credit_cost(size);
+    if (src == proto.rank || !cost)
         return;
-    long v = atomic_fetch_add_explicit(&proto.owed[src], eager_cost(size), memory_order_relaxed) +
-             eager_cost(size);
+    long v = atomic_fetch_add_explicit(&proto.owed[src], cost, memory_order_relaxed) + cost;
     if (v < proto.credit_max / 4)
         return;
     pkt_t *p = proto_pkt_try(server);
@@ -949,8 +960,9 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
 {
     req_init(r, PROTO_REQ_SEND, (void *)buf, size, dest, tag, ctx);
     size_t eager_max = proto_eager_max(dest);
+    long cost = credit_cost(size);
     bool eager = !sync && size <= eager_max &&
-                 (dest == proto.rank || credit_take(dest, eager_cost(size)));
+                 (dest == proto.rank || !cost || credit_take(dest, cost));
     if (eager && size + sizeof(struct proto_hdr) <= proto.inline_max[dest]) {
         /* Straight into the transport, no packet (shm) when nothing is
          * queued ahead of it; else the packet path below, in order. */
@@ -971,8 +983,7 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
             return rc;
         if (size > proto.eager_limit) {
             /* too large for a packet: an RTS, which keeps the order */
-            atomic_fetch_add_explicit(&proto.credit[dest], eager_cost(size),
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&proto.credit[dest], cost, memory_order_relaxed);
             eager = false;
         }
     }

@@ -596,8 +596,9 @@ static bool deliver_from_peer(const unsigned char *bytes, size_t len)
     H.in_progress--;
     /* An accepted EAGER is consumed by the time the drain is over, and
      * costs its payload, its header and a packet header (p2p.c's
-     * eager_cost), owed back to rank 1. */
-    if (h.type == PROTO_EAGER && all_drops() == before)
+     * credit_cost), owed back to rank 1; one no larger than an RTS body
+     * costs nothing. */
+    if (h.type == PROTO_EAGER && all_drops() == before && h.size > sizeof(struct proto_rts))
         H.credit_consumed += (long)(h.size + sizeof h + 64);
     return true;
 }

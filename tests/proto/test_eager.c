@@ -12,6 +12,8 @@
  *  - many small messages of varied sizes and tags, several rings' worth,
  *    so that the byte ring wraps (SKIP records), all data checked, same-key
  *    order kept;
+ *  - a flood of tiny messages (no larger than an RTS body), three
+ *    credits' worth, before any receive is posted: all go eagerly;
  *  - a full ring: the receiver's server is held up (a fault hook that
  *    sleeps) while the sender sends a burst larger than the ring; what
  *    does not fit goes through the server's queue or as an RTS, and
@@ -242,6 +244,56 @@ START_TEST(small_flood_wraps)
 }
 END_TEST
 
+/* Messages no larger than an RTS body take no eager credit (I6): a flood
+ * of three credits' worth of them, sent before the receiver posts
+ * anything, all go eagerly (none as an RTS, which would cost a round trip
+ * each and hold as much at the receiver), and all arrive whole and in
+ * order. With credit charged for them, most would go as RTS. */
+START_TEST(tiny_flood_needs_no_credit)
+{
+    trace("start tiny_flood_needs_no_credit");
+    const size_t tiny = sizeof(struct proto_rts);
+    const long each = (long)(tiny + sizeof(struct proto_hdr) + 64); /* p2p.c's eager_cost */
+    const int n = (int)(3 * proto.credit_max / each);
+    struct proto_stats st0, st;
+    OK(mpiv_barrier());
+    proto_get_stats(&st0);
+    unsigned char *b = malloc((size_t)n * tiny);
+    mpiv_request_t *req = malloc((size_t)n * sizeof *req);
+    ck_assert(b && req);
+    int first_bad = -1;
+    if (me == 0) {
+        for (int i = 0; i < n; i++) {
+            unsigned char *m = b + (size_t)i * tiny;
+            fill(m, tiny, (unsigned)i);
+            OK(mpiv_isend(m, (size_t)i % (tiny + 1), 1, 9, &req[i]));
+        }
+        OK(mpiv_barrier()); /* all sent before the receiver posts one */
+        OK(mpiv_waitall(n, req, NULL));
+    } else {
+        OK(mpiv_barrier());
+        for (int i = 0; i < n; i++) {
+            mpiv_status_t stat;
+            unsigned char m[sizeof(struct proto_rts)];
+            OK(mpiv_recv(m, tiny, 0, 9, &stat));
+            size_t size = (size_t)i % (tiny + 1), j = 0;
+            while (j < size && m[j] == pattern(j, (unsigned)i))
+                j++;
+            if (first_bad < 0 && (stat.size != size || j != size))
+                first_bad = i;
+        }
+    }
+    proto_get_stats(&st);
+    free(b);
+    free(req);
+    OK(mpiv_barrier());
+    ck_assert_msg(first_bad < 0, "message %d came wrong", first_bad);
+    ck_assert_msg(me != 0 || st.eager_as_rts == st0.eager_as_rts,
+                  "%llu of %d tiny sends went as RTS",
+                  (unsigned long long)(st.eager_as_rts - st0.eager_as_rts), n);
+}
+END_TEST
+
 /* The receiver's server is held up for a while at its first arrival, so
  * the sender's burst fills the ring; what does not fit takes the queued
  * packet path or an RTS, in order. */
@@ -337,6 +389,7 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, sizes_across_limits);
     tcase_add_test(tc, truncation_direct);
     tcase_add_test(tc, small_flood_wraps);
+    tcase_add_test(tc, tiny_flood_needs_no_credit);
     tcase_add_test(tc, full_ring_in_order);
     suite_add_tcase(s, tc);
     return s;
