@@ -128,6 +128,8 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
+/* How often a full ring's peer is checked for life (ring_full). */
+#define SHM_ALIVE_NS UINT64_C(1000000)
 /* One empty poll of a ring in this many reads its tail (R5). */
 #define SHM_TAIL_LOOK 64u
 /* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring:
@@ -220,6 +222,7 @@ struct srv_backend {
                               next record looks whether it may start over
                               (rec_begin)                                 */
     uint32_t *empty_polls; /* per sender: polls that found no stamp        */
+    _Atomic uint64_t *alive_at; /* per peer: when ring_full last checked */
     uint64_t *head;        /* R1: our consumer's copy of head, per sender;
                               ahead of the ring's own while borrowed       */
     int *dirty;            /* senders whose head waits for shm_release     */
@@ -311,6 +314,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
     be->empty_polls = calloc((size_t)size, sizeof *be->empty_polls);
+    be->alive_at = calloc((size_t)size, sizeof *be->alive_at);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
     atomic_init(&be->cma, cfg->shm_cma ? 1 : 0);
     atomic_init(&be->ndone, 0);
@@ -319,7 +323,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
         !be->seen_head || !be->hot_check || !be->dirty || !be->ring_key ||
-        !be->empty_polls) {
+        !be->empty_polls || !be->alive_at) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -610,9 +614,16 @@ static bool peer_alive(struct srv_backend *be, int peer)
 }
 
 /* A ring that stays full may belong to a rank that is gone: then the
- * operation fails instead of waiting forever. */
+ * operation fails instead of waiting forever. The check is a system call,
+ * and a flood of sends meets a full ring on every retry: it is made at
+ * most once in SHM_ALIVE_NS per peer. */
 static int ring_full(struct srv_backend *be, int peer, const char *what)
 {
+    uint64_t now = util_now_ns();
+    /* relaxed: a rate limit; any thread may race on it harmlessly */
+    if (now - atomic_load_explicit(&be->alive_at[peer], memory_order_relaxed) < SHM_ALIVE_NS)
+        return SRV_AGAIN;
+    atomic_store_explicit(&be->alive_at[peer], now, memory_order_relaxed);
     if (peer_alive(be, peer))
         return SRV_AGAIN;
     return util_err(MPIV_ERR_PEER, "shm: %s to rank %d: the rank is gone", what, peer);
@@ -1192,6 +1203,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->dirty);
     free(be->ring_key);
     free(be->empty_polls);
+    free((void *)be->alive_at);
     free(be->posted);
     free(be->done);
     free(be->write_broken);
