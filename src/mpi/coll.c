@@ -520,17 +520,27 @@ static int do_move(const struct ctx *x, enum movement kind, const void *sendbuf,
 }
 
 /* The v forms: contiguous types only (the program's buffers go to MPIv as
- * they are), counts in bytes, displacements in bytes. */
+ * they are), counts in bytes, displacements in bytes. Every rank checks
+ * the types it passes, so that a refused call is refused everywhere the
+ * program used the unsupported type. */
+static int v_contig(const struct ctx *x, MPI_Datatype t)
+{
+    if (t->contig)
+        return MPI_SUCCESS;
+    return face_fail(x->c, MPI_ERR_UNSUPPORTED_OPERATION, x->fn,
+                     "non-contiguous datatypes in the v collectives are not supported by "
+                     "MPIv's MPI face");
+}
+
 static int v_arrays(const struct ctx *x, const int counts[], const int displs[], MPI_Datatype t,
                     size_t **bc, size_t **bd)
 {
     int size = x->c->size;
     if (!counts || !displs)
         return face_fail(x->c, MPI_ERR_ARG, x->fn, "counts or displacements NULL");
-    if (!t->contig)
-        return face_fail(x->c, MPI_ERR_UNSUPPORTED_OPERATION, x->fn,
-                         "non-contiguous datatypes in the v collectives are not supported by "
-                         "MPIv's MPI face");
+    int err = v_contig(x, t);
+    if (err)
+        return err;
     *bc = malloc((size_t)size * sizeof **bc);
     *bd = malloc((size_t)size * sizeof **bd);
     if (!*bc || !*bd) {
@@ -574,7 +584,7 @@ static int do_gatherv(const struct ctx *x, const void *sendbuf, int scount, MPI_
     struct packed ps = {0};
     if (in_place)
         err = copy_of(x, (char *)recvbuf + bd[me], bc[me], &ps);
-    else if (!(err = check_buf(x, scount, stype)))
+    else if (!(err = check_buf(x, scount, stype)) && !(err = v_contig(x, stype)))
         err = pack_in(x, sendbuf, (size_t)scount, stype, &ps);
     if (!err) {
         int rc = mpiv_gatherv(ps.p, ps.bytes, recvbuf, bc, bd, MPIV_BYTE, root, x->coll);
@@ -613,7 +623,7 @@ static int do_scatterv(const struct ctx *x, const void *sendbuf, const int scoun
         pr.owned = true;
         if (!pr.p)
             err = no_mem(x);
-    } else if (!(err = check_buf(x, rcount, rtype))) {
+    } else if (!(err = check_buf(x, rcount, rtype)) && !(err = v_contig(x, rtype))) {
         err = pack_out(x, recvbuf, (size_t)rcount, rtype, &pr);
     }
     if (!err) {
@@ -643,7 +653,7 @@ static int do_allgatherv(const struct ctx *x, const void *sendbuf, int scount,
     struct packed ps = {0};
     if (sendbuf == MPI_IN_PLACE)
         err = copy_of(x, (char *)recvbuf + bd[me], bc[me], &ps);
-    else if (!(err = check_buf(x, scount, stype)))
+    else if (!(err = check_buf(x, scount, stype)) && !(err = v_contig(x, stype)))
         err = pack_in(x, sendbuf, (size_t)scount, stype, &ps);
     if (!err) {
         int rc = mpiv_allgatherv(ps.p, ps.bytes, recvbuf, bc, bd, MPIV_BYTE, x->coll);
