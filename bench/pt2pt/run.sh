@@ -25,10 +25,12 @@
 # MPIv runs twice, as two rows of every table: mpiv-ult (the benchmark's
 # threads are ULTs) and mpiv-pthread (plain pthreads: main's thread for one
 # per rank, one pthread per pair otherwise), i.e. --threads ult|pthread.
-# --impl mpiv means both.
+# --impl mpiv means both. A third MPIv row, mpi-face, is the MPI sources
+# built with mpivcc against MPIv's MPI face (src/mpi/) and run by
+# mpiv_run: MPI with pthreads, to be held against mpiv-pthread.
 #
 # Usage: bench/pt2pt/run.sh [--quick] [--build DIR] [--out DIR]
-#          [--impl mpiv-ult,mpiv-pthread,mpich,openmpi]
+#          [--impl mpiv-ult,mpiv-pthread,mpi-face,mpich,openmpi]
 #          [--bench latency,bandwidth,mt_latency,mt_msgrate]
 #          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
 #          [--gated]         (multi-threaded tests: the start/stop-gate timing)
@@ -41,7 +43,7 @@ root=$(cd "$here/../.." && pwd)
 build="$root/build-bench"
 out=""
 quick=0
-impls="mpiv-ult,mpiv-pthread,mpich,openmpi"
+impls="mpiv-ult,mpiv-pthread,mpi-face,mpich,openmpi"
 benches="latency,bandwidth,mt_latency,mt_msgrate"
 pairs=""
 bind=core
@@ -79,8 +81,8 @@ IFS=, read -r -a words <<<"$impls"
 for impl in "${words[@]}"; do
     case $impl in
     mpiv) impl_list+=(mpiv-ult mpiv-pthread) ;;
-    mpiv-ult|mpiv-pthread|mpich|openmpi) impl_list+=("$impl") ;;
-    *) echo "run.sh: unknown implementation '$impl' (mpiv, mpiv-ult, mpiv-pthread, mpich, openmpi)" >&2; exit 2 ;;
+    mpiv-ult|mpiv-pthread|mpi-face|mpich|openmpi) impl_list+=("$impl") ;;
+    *) echo "run.sh: unknown implementation '$impl' (mpiv, mpiv-ult, mpiv-pthread, mpi-face, mpich, openmpi)" >&2; exit 2 ;;
     esac
 done
 IFS=, read -r -a bench_list <<<"$benches"
@@ -94,6 +96,7 @@ if [ $do_build = 1 ]; then
     for impl in "${impl_list[@]}"; do
         case $impl in
         mpiv-*) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate" ;;
+        mpi-face) targets="mpiv_run pt2pt_mpiface" ;;
         *) targets="pt2pt_$impl" ;;
         esac
         # shellcheck disable=SC2086
@@ -115,7 +118,7 @@ fi
 # launch IMPL: prints the launcher command line for 2 ranks.
 launch() {
     case $1 in
-    mpiv-*)
+    mpiv-*|mpi-face)
         echo "env MPIV_BIND=$bind $build/tools/mpiv_run -n 2 --timeout $timeout_s" ;;
     mpich)
         echo "timeout $timeout_s mpiexec.mpich -n 2 -bind-to $bind" ;;
@@ -127,6 +130,7 @@ exe() {
     case $1 in
     mpiv-ult) echo "$bin/pt2pt_$2 --threads ult" ;;
     mpiv-pthread) echo "$bin/pt2pt_$2 --threads pthread" ;;
+    mpi-face) echo "$bin/pt2pt_$2_mpiface" ;;
     *) echo "$bin/pt2pt_$2_$1" ;;
     esac
 }
@@ -147,7 +151,7 @@ for b in "${bench_list[@]}"; do
             status[$b.$impl]=$(cat "$raw.status" 2>/dev/null || echo "?")
             continue
         fi
-        if [ ! -x "${x%% *}" ] || { [ "${impl%-*}" = mpiv ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
+        if [ ! -x "${x%% *}" ] || { [ "${impl%-*}" != mpich ] && [ "$impl" != openmpi ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
             say "== $b / $impl: not built, skipped"
             echo "# not built" >"$raw"
             status[$b.$impl]="not built"
@@ -220,8 +224,9 @@ table() {
     awk -v xl="$xl" -v unit="$unit" -v lower="$lower" -v names="${names[*]}" '
         BEGIN {
             n = split(names, nm, " ")
-            # a speedup column for each MPIv row against each MPI
-            for (i = 1; i <= n; i++) if (nm[i] ~ /^mpiv/) mv[++nmv] = i; else mp[++nmp] = i
+            # a speedup column for each MPIv row (mpi-face included)
+            # against each MPI
+            for (i = 1; i <= n; i++) if (nm[i] ~ /^mpiv|^mpi-face/) mv[++nmv] = i; else mp[++nmp] = i
         }
         # the column is the file'"'"'s place among the arguments: an empty
         # file (a failed run) must not shift the ones after it
@@ -283,7 +288,7 @@ md="$out/pt2pt.md"
     # the highest rate in any row of the rate table, over the given impls
     best() { local f=() i; for i in "$@"; do f+=("$out/dat/mt_msgrate_table.$i.dat"); done
         cat "${f[@]}" 2>/dev/null | awk '$2 > m {m = $2} END {if (m > 0) print m}'; }
-    echo "### Aims of issues 6 and 18 (this run; MPIv = mpiv-ult unless named)"
+    echo "### Aims of issues 6, 13 and 18 (this run; MPIv = mpiv-ult unless named)"
     echo
     echo "| aim | MPIv | other | MPIv speedup | |"
     echo "|---|---:|---:|---:|---|"
@@ -294,6 +299,11 @@ md="$out/pt2pt.md"
     aim "message rate, 8 pairs (msg/s) ≥ 10× MPICH's" "$(val mt_msgrate.mpiv-ult 8)" "$(val mt_msgrate.mpich 8)" 0 10
     aim "MPIv's best rate (any row) ≥ 1.5× MPI's best (any row, anchor included)" "$(best mpiv-ult mpiv-pthread)" "$(best mpich openmpi)" 0 1.5
     aim "1 MiB ping-pong (µs; bandwidth = size / time) ≥ 1.2× MPICH's bandwidth" "$(val latency.mpiv-ult 1048576)" "$(val latency.mpich 1048576)" 1 1.2
+    # issue 13: the MPI face costs MPIv's path at most 5% (MPIv = mpi-face,
+    # other = mpiv-pthread, the same threads; met at >= 0.95x)
+    aim "MPI face 8 B latency within 5% of native (µs)" "$(val latency.mpi-face 8)" "$(val latency.mpiv-pthread 8)" 1 0.95
+    aim "MPI face 64 KiB bandwidth within 5% of native (MB/s)" "$(val bandwidth.mpi-face 65536)" "$(val bandwidth.mpiv-pthread 65536)" 0 0.95
+    aim "MPI face message rate, 8 pairs, within 5% of native (msg/s)" "$(val mt_msgrate.mpi-face 8)" "$(val mt_msgrate.mpiv-pthread 8)" 0 0.95
     echo
     echo "### Commands"
     echo
@@ -315,7 +325,7 @@ if command -v gnuplot >/dev/null; then
         for impl in "${impl_list[@]}"; do
             f="$out/dat/$b.$impl.dat"
             [ -s "$f" ] || continue
-            case $impl in mpiv-ult) color="#d62728" ;; mpiv-pthread) color="#ff7f0e" ;; mpich) color="#1f77b4" ;; *) color="#2ca02c" ;; esac
+            case $impl in mpiv-ult) color="#d62728" ;; mpiv-pthread) color="#ff7f0e" ;; mpi-face) color="#9467bd" ;; mpich) color="#1f77b4" ;; *) color="#2ca02c" ;; esac
             s="$s$sep'$f' using (\$1 == 0 ? 0.5 : \$1):$col with linespoints lw 2 pt 7 lc rgb '$color' title '$impl'"
             sep=", "
         done
