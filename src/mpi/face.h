@@ -21,11 +21,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The MPI calls are the library's interface; everything else of the face
+ * is hidden (built with -fvisibility=hidden), so its calls between its
+ * own files bind locally. */
+#pragma GCC visibility push(default)
 #include "mpi.h"
+#pragma GCC visibility pop
 #include "mpiv.h"
 
 #define FACE_LIKELY(x) __builtin_expect(!!(x), 1)
 #define FACE_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* Off the fast path: kept out of line, so that the fast path of a call is
+ * its checks and a tail call into MPIv. */
+#define FACE_COLD __attribute__((noinline, cold))
 
 /* --- datatypes ---------------------------------------------------------- */
 

@@ -98,7 +98,7 @@ static int native_isend(const void *buf, size_t n, int dest, int tag, MPI_Comm c
                                   : mpiv_isend_comm(buf, n, dest, tag, comm->native, r);
 }
 
-static int send_slow(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+FACE_COLD static int send_slow(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                      MPI_Comm comm, enum send_mode mode, const char *fn)
 {
     int err = check_args(count, t, comm, fn);
@@ -142,7 +142,7 @@ int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
     return send_slow(buf, count, datatype, dest, tag, comm, SYNC, "MPI_Ssend");
 }
 
-static int isend_slow(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+FACE_COLD static int isend_slow(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm, enum send_mode mode, MPI_Request *req, const char *fn)
 {
     int err = check_args(count, t, comm, fn);
@@ -224,7 +224,7 @@ static void unpack_received(MPI_Datatype t, const void *tmp, size_t count, size_
     face_unpack(t, tmp, got < count ? got : count, buf);
 }
 
-static int recv_slow(void *buf, int count, MPI_Datatype t, int source, int tag, MPI_Comm comm,
+FACE_COLD static int recv_slow(void *buf, int count, MPI_Datatype t, int source, int tag, MPI_Comm comm,
                      MPI_Status *status)
 {
     int err = check_args(count, t, comm, "MPI_Recv");
@@ -271,7 +271,7 @@ int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, M
     return recv_slow(buf, count, datatype, source, tag, comm, status);
 }
 
-static int irecv_slow(void *buf, int count, MPI_Datatype t, int source, int tag, MPI_Comm comm,
+FACE_COLD static int irecv_slow(void *buf, int count, MPI_Datatype t, int source, int tag, MPI_Comm comm,
                       MPI_Request *req)
 {
     int err = check_args(count, t, comm, "MPI_Irecv");
