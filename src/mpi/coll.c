@@ -536,11 +536,13 @@ static int v_arrays(const struct ctx *x, const int counts[], const int displs[],
                     size_t **bc, size_t **bd)
 {
     int size = x->c->size;
-    if (!counts || !displs)
-        return face_fail(x->c, MPI_ERR_ARG, x->fn, "counts or displacements NULL");
-    int err = v_contig(x, t);
+    int err = check_buf(x, 0, t);
+    if (!err)
+        err = v_contig(x, t);
     if (err)
         return err;
+    if (!counts || !displs)
+        return face_fail(x->c, MPI_ERR_ARG, x->fn, "counts or displacements NULL");
     *bc = malloc((size_t)size * sizeof **bc);
     *bd = malloc((size_t)size * sizeof **bd);
     if (!*bc || !*bd) {
@@ -562,25 +564,29 @@ static int v_arrays(const struct ctx *x, const int counts[], const int displs[],
     return MPI_SUCCESS;
 }
 
+/* The checks of gatherv and scatterv; the root's counts and
+ * displacements in bytes. */
+static int rooted_v(const struct ctx *x, int root, bool in_place, const int counts[],
+                    const int displs[], MPI_Datatype t, size_t **bc, size_t **bd)
+{
+    int err = check_root(x, root);
+    if (err)
+        return err;
+    if (in_place && x->c->rank != root)
+        return face_fail(x->c, MPI_ERR_BUFFER, x->fn, "MPI_IN_PLACE is for the root only");
+    return x->c->rank == root ? v_arrays(x, counts, displs, t, bc, bd) : MPI_SUCCESS;
+}
+
 static int do_gatherv(const struct ctx *x, const void *sendbuf, int scount, MPI_Datatype stype,
                       void *recvbuf, const int rcounts[], const int displs[], MPI_Datatype rtype,
                       int root)
 {
-    int err = check_root(x, root);
     int me = x->c->rank;
+    bool in_place = sendbuf == MPI_IN_PLACE;
+    size_t *bc = NULL, *bd = NULL;
+    int err = rooted_v(x, root, in_place, rcounts, displs, rtype, &bc, &bd);
     if (err)
         return err;
-    bool in_place = sendbuf == MPI_IN_PLACE;
-    if (in_place && me != root)
-        return face_fail(x->c, MPI_ERR_BUFFER, x->fn, "MPI_IN_PLACE is for the root only");
-    size_t *bc = NULL, *bd = NULL;
-    if (me == root) {
-        err = check_buf(x, 0, rtype);
-        if (!err)
-            err = v_arrays(x, rcounts, displs, rtype, &bc, &bd);
-        if (err)
-            return err;
-    }
     struct packed ps = {0};
     if (in_place)
         err = copy_of(x, (char *)recvbuf + bd[me], bc[me], &ps);
@@ -601,21 +607,12 @@ static int do_scatterv(const struct ctx *x, const void *sendbuf, const int scoun
                        const int displs[], MPI_Datatype stype, void *recvbuf, int rcount,
                        MPI_Datatype rtype, int root)
 {
-    int err = check_root(x, root);
     int me = x->c->rank;
+    bool in_place = recvbuf == MPI_IN_PLACE;
+    size_t *bc = NULL, *bd = NULL;
+    int err = rooted_v(x, root, in_place, scounts, displs, stype, &bc, &bd);
     if (err)
         return err;
-    bool in_place = recvbuf == MPI_IN_PLACE;
-    if (in_place && me != root)
-        return face_fail(x->c, MPI_ERR_BUFFER, x->fn, "MPI_IN_PLACE is for the root only");
-    size_t *bc = NULL, *bd = NULL;
-    if (me == root) {
-        err = check_buf(x, 0, stype);
-        if (!err)
-            err = v_arrays(x, scounts, displs, stype, &bc, &bd);
-        if (err)
-            return err;
-    }
     struct packed pr = {0};
     if (in_place) {
         pr.p = alloc(bc[me]);
@@ -645,9 +642,7 @@ static int do_allgatherv(const struct ctx *x, const void *sendbuf, int scount,
 {
     int me = x->c->rank;
     size_t *bc = NULL, *bd = NULL;
-    int err = check_buf(x, 0, rtype);
-    if (!err)
-        err = v_arrays(x, rcounts, displs, rtype, &bc, &bd);
+    int err = v_arrays(x, rcounts, displs, rtype, &bc, &bd);
     if (err)
         return err;
     struct packed ps = {0};
@@ -672,9 +667,7 @@ static int do_alltoallv(const struct ctx *x, const void *sendbuf, const int scou
 {
     bool in_place = sendbuf == MPI_IN_PLACE;
     size_t *sc = NULL, *sd = NULL, *rc_ = NULL, *rd = NULL;
-    int err = check_buf(x, 0, rtype);
-    if (!err)
-        err = v_arrays(x, rcounts, rdispls, rtype, &rc_, &rd);
+    int err = v_arrays(x, rcounts, rdispls, rtype, &rc_, &rd);
     if (err)
         return err;
     struct packed copy = {0};
@@ -690,9 +683,7 @@ static int do_alltoallv(const struct ctx *x, const void *sendbuf, const int scou
         sc = rc_;
         sd = rd;
     } else {
-        err = check_buf(x, 0, stype);
-        if (!err)
-            err = v_arrays(x, scounts, sdispls, stype, &sc, &sd);
+        err = v_arrays(x, scounts, sdispls, stype, &sc, &sd);
     }
     if (!err) {
         int rc = mpiv_alltoallv(sp, sc, sd, recvbuf, rc_, rd, MPIV_BYTE, x->coll);

@@ -856,78 +856,62 @@ int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, 
 
 /* --- probes ------------------------------------------------------------------ */
 
-int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status)
+/* The four probes: blocking when flag is NULL, matched when message is
+ * not NULL. */
+static int probe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message,
+                 MPI_Status *status, const char *fn)
 {
     if (!face_comm_ok(comm))
-        return face_fail(NULL, MPI_ERR_COMM, "MPI_Probe", "invalid communicator");
+        return face_fail(NULL, MPI_ERR_COMM, fn, "invalid communicator");
+    int found = 1;
     if (source == MPI_PROC_NULL) {
+        if (message)
+            *message = MPI_MESSAGE_NO_PROC;
         face_status_proc_null(status);
-        return MPI_SUCCESS;
+    } else {
+        mpiv_status_t ns;
+        int rc;
+        if (message)
+            rc = flag ? mpiv_improbe_comm(source, tag, comm->native, &found, message, &ns)
+                      : mpiv_mprobe_comm(source, tag, comm->native, message, &ns);
+        else
+            rc = flag ? mpiv_iprobe_comm(source, tag, comm->native, &found, &ns)
+                      : mpiv_probe_comm(source, tag, comm->native, &ns);
+        if (rc)
+            return face_fail_native(comm, rc, fn);
+        if (found)
+            face_status_set(status, &ns);
     }
-    mpiv_status_t ns;
-    int rc = mpiv_probe_comm(source, tag, comm->native, &ns);
-    if (rc)
-        return face_fail_native(comm, rc, "MPI_Probe");
-    face_status_set(status, &ns);
+    if (flag)
+        *flag = found;
     return MPI_SUCCESS;
+}
+
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status)
+{
+    return probe(source, tag, comm, NULL, NULL, status, "MPI_Probe");
 }
 
 int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status)
 {
-    if (!face_comm_ok(comm) || !flag)
-        return face_fail(comm, face_comm_ok(comm) ? MPI_ERR_ARG : MPI_ERR_COMM, "MPI_Iprobe",
-                         "invalid argument");
-    if (source == MPI_PROC_NULL) {
-        *flag = 1;
-        face_status_proc_null(status);
-        return MPI_SUCCESS;
-    }
-    mpiv_status_t ns;
-    int rc = mpiv_iprobe_comm(source, tag, comm->native, flag, &ns);
-    if (rc)
-        return face_fail_native(comm, rc, "MPI_Iprobe");
-    if (*flag)
-        face_status_set(status, &ns);
-    return MPI_SUCCESS;
+    if (!flag)
+        return face_fail(comm, MPI_ERR_ARG, "MPI_Iprobe", "flag is NULL");
+    return probe(source, tag, comm, flag, NULL, status, "MPI_Iprobe");
 }
 
 int MPI_Mprobe(int source, int tag, MPI_Comm comm, MPI_Message *message, MPI_Status *status)
 {
-    if (!face_comm_ok(comm) || !message)
-        return face_fail(comm, face_comm_ok(comm) ? MPI_ERR_ARG : MPI_ERR_COMM, "MPI_Mprobe",
-                         "invalid argument");
-    if (source == MPI_PROC_NULL) {
-        *message = MPI_MESSAGE_NO_PROC;
-        face_status_proc_null(status);
-        return MPI_SUCCESS;
-    }
-    mpiv_status_t ns;
-    int rc = mpiv_mprobe_comm(source, tag, comm->native, message, &ns);
-    if (rc)
-        return face_fail_native(comm, rc, "MPI_Mprobe");
-    face_status_set(status, &ns);
-    return MPI_SUCCESS;
+    if (!message)
+        return face_fail(comm, MPI_ERR_ARG, "MPI_Mprobe", "message is NULL");
+    return probe(source, tag, comm, NULL, message, status, "MPI_Mprobe");
 }
 
 int MPI_Improbe(int source, int tag, MPI_Comm comm, int *flag, MPI_Message *message,
                 MPI_Status *status)
 {
-    if (!face_comm_ok(comm) || !message || !flag)
-        return face_fail(comm, face_comm_ok(comm) ? MPI_ERR_ARG : MPI_ERR_COMM, "MPI_Improbe",
-                         "invalid argument");
-    if (source == MPI_PROC_NULL) {
-        *flag = 1;
-        *message = MPI_MESSAGE_NO_PROC;
-        face_status_proc_null(status);
-        return MPI_SUCCESS;
-    }
-    mpiv_status_t ns;
-    int rc = mpiv_improbe_comm(source, tag, comm->native, flag, message, &ns);
-    if (rc)
-        return face_fail_native(comm, rc, "MPI_Improbe");
-    if (*flag)
-        face_status_set(status, &ns);
-    return MPI_SUCCESS;
+    if (!flag || !message)
+        return face_fail(comm, MPI_ERR_ARG, "MPI_Improbe", "flag or message is NULL");
+    return probe(source, tag, comm, flag, message, status, "MPI_Improbe");
 }
 
 int MPI_Mrecv(void *buf, int count, MPI_Datatype datatype, MPI_Message *message,

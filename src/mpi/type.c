@@ -214,36 +214,34 @@ int MPI_Type_get_extent(MPI_Datatype datatype, MPI_Aint *lb, MPI_Aint *extent)
 
 /* --- packing ------------------------------------------------------------- */
 
-void face_pack(MPI_Datatype t, const void *src, size_t n, void *dst)
+/* Copies n elements of t between its layout at `layout` and its packed
+ * form at `packed`, in the direction `pack` says. */
+static void copy_elements(MPI_Datatype t, char *layout, char *packed, size_t n, bool pack)
 {
     if (t->contig) {
-        memcpy(dst, src, n * t->wire);
+        if (pack)
+            memcpy(packed, layout, n * t->wire);
+        else
+            memcpy(layout, packed, n * t->wire);
         return;
     }
-    const char *s = src;
-    char *d = dst;
     size_t block = t->blocklen * t->base->wire;
     for (size_t i = 0; i < n; i++)
         for (size_t b = 0; b < t->count; b++) {
-            face_pack(t->base, s + i * t->extent + (size_t)t->stride * b, t->blocklen, d);
-            d += block;
+            copy_elements(t->base, layout + i * t->extent + (size_t)t->stride * b, packed,
+                          t->blocklen, pack);
+            packed += block;
         }
+}
+
+void face_pack(MPI_Datatype t, const void *src, size_t n, void *dst)
+{
+    copy_elements(t, (char *)src, dst, n, true);
 }
 
 void face_unpack(MPI_Datatype t, const void *src, size_t n, void *dst)
 {
-    if (t->contig) {
-        memcpy(dst, src, n * t->wire);
-        return;
-    }
-    const char *s = src;
-    char *d = dst;
-    size_t block = t->blocklen * t->base->wire;
-    for (size_t i = 0; i < n; i++)
-        for (size_t b = 0; b < t->count; b++) {
-            face_unpack(t->base, s, t->blocklen, d + i * t->extent + (size_t)t->stride * b);
-            s += block;
-        }
+    copy_elements(t, dst, (char *)src, n, false);
 }
 
 /* --- operations ---------------------------------------------------------- */
