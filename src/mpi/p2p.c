@@ -53,6 +53,40 @@ struct face_req *face_req_new(enum face_req_kind kind)
     return f;
 }
 
+/* A packed send's or receive's own request with its temporary buffer of
+ * count elements of t (a send's holds them packed already); NULL when out
+ * of memory. The caller starts MPIv's request in f->inner. */
+static struct face_req *packed_req(enum face_req_kind kind, const void *buf, size_t count,
+                                   MPI_Datatype t)
+{
+    size_t n = count * t->wire;
+    struct face_req *f = face_req_new(kind);
+    void *tmp = f ? malloc(n ? n : 1) : NULL;
+    if (!tmp) {
+        free(f);
+        return NULL;
+    }
+    f->tmp = tmp;
+    f->userbuf = (void *)buf;
+    f->type = t;
+    f->count = count;
+    if (kind == FR_SEND_PACKED)
+        face_pack(t, buf, count, tmp);
+    return f;
+}
+
+/* Hands out f's handle once its MPIv request started, else releases it. */
+static int packed_started(struct face_req *f, int rc, MPI_Request *req)
+{
+    if (rc) {
+        free(f->tmp);
+        free(f);
+    } else {
+        *req = face_req_handle(f);
+    }
+    return rc;
+}
+
 /* --- argument checks ------------------------------------------------------ */
 
 /* The checks every call with (count, type, comm) makes off its fast path;
@@ -158,22 +192,11 @@ FACE_COLD static int isend_slow(const void *buf, int count, MPI_Datatype t, int 
     if (t->contig) {
         rc = native_isend(buf, (size_t)count * t->extent, dest, tag, comm, mode, req);
     } else {
-        size_t n = (size_t)count * t->wire;
-        struct face_req *f = face_req_new(FR_SEND_PACKED);
-        void *tmp = f ? malloc(n ? n : 1) : NULL;
-        if (!tmp) {
-            free(f);
-            return face_fail(comm, MPI_ERR_NO_MEM, fn, "no memory to pack %zu bytes", n);
-        }
-        face_pack(t, buf, (size_t)count, tmp);
-        f->tmp = tmp;
-        rc = native_isend(tmp, n, dest, tag, comm, mode, &f->inner);
-        if (rc) {
-            free(tmp);
-            free(f);
-        } else {
-            *req = face_req_handle(f);
-        }
+        struct face_req *f = packed_req(FR_SEND_PACKED, buf, (size_t)count, t);
+        if (!f)
+            return face_fail(comm, MPI_ERR_NO_MEM, fn, "no memory to pack %d elements", count);
+        rc = packed_started(f, native_isend(f->tmp, (size_t)count * t->wire, dest, tag, comm,
+                                            mode, &f->inner), req);
     }
     return rc ? face_fail_native(comm, rc, fn) : MPI_SUCCESS;
 }
@@ -287,24 +310,12 @@ FACE_COLD static int irecv_slow(void *buf, int count, MPI_Datatype t, int source
     if (t->contig) {
         rc = native_irecv(buf, (size_t)count * t->extent, source, tag, comm, req);
     } else {
-        size_t n = (size_t)count * t->wire;
-        struct face_req *f = face_req_new(FR_RECV_PACKED);
-        void *tmp = f ? malloc(n ? n : 1) : NULL;
-        if (!tmp) {
-            free(f);
-            return face_fail(comm, MPI_ERR_NO_MEM, "MPI_Irecv", "no memory for %zu bytes", n);
-        }
-        f->tmp = tmp;
-        f->userbuf = buf;
-        f->type = t;
-        f->count = (size_t)count;
-        rc = native_irecv(tmp, n, source, tag, comm, &f->inner);
-        if (rc) {
-            free(tmp);
-            free(f);
-        } else {
-            *req = face_req_handle(f);
-        }
+        struct face_req *f = packed_req(FR_RECV_PACKED, buf, (size_t)count, t);
+        if (!f)
+            return face_fail(comm, MPI_ERR_NO_MEM, "MPI_Irecv", "no memory for %d elements",
+                             count);
+        rc = packed_started(f, native_irecv(f->tmp, (size_t)count * t->wire, source, tag, comm,
+                                            &f->inner), req);
     }
     return rc ? face_fail_native(comm, rc, "MPI_Irecv") : MPI_SUCCESS;
 }
@@ -962,24 +973,12 @@ int MPI_Imrecv(void *buf, int count, MPI_Datatype datatype, MPI_Message *message
     if (datatype->contig) {
         rc = mpiv_imrecv(buf, (size_t)count * datatype->extent, message, request);
     } else {
-        size_t n = (size_t)count * datatype->wire;
-        struct face_req *f = face_req_new(FR_RECV_PACKED);
-        void *tmp = f ? malloc(n ? n : 1) : NULL;
-        if (!tmp) {
-            free(f);
-            return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Imrecv", "no memory for %zu bytes", n);
-        }
-        f->tmp = tmp;
-        f->userbuf = buf;
-        f->type = datatype;
-        f->count = (size_t)count;
-        rc = mpiv_imrecv(tmp, n, message, &f->inner);
-        if (rc) {
-            free(tmp);
-            free(f);
-        } else {
-            *request = face_req_handle(f);
-        }
+        struct face_req *f = packed_req(FR_RECV_PACKED, buf, (size_t)count, datatype);
+        if (!f)
+            return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Imrecv", "no memory for %d elements",
+                             count);
+        rc = packed_started(f, mpiv_imrecv(f->tmp, (size_t)count * datatype->wire, message,
+                                           &f->inner), request);
     }
     return rc ? face_fail_native(NULL, rc, "MPI_Imrecv") : MPI_SUCCESS;
 }
