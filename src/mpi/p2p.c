@@ -365,6 +365,10 @@ static int own_progress(struct face_req *f, bool block, int *done, MPI_Status *s
         if (block)
             mpiv_counter_wait(&f->done);
         else if (mpiv_counter_get(&f->done) != 0) {
+            /* The collective runs on a ULT, maybe on this ULT's worker: a
+             * ULT that polls must let it run, or it never completes. */
+            if (mpiv_ult_self())
+                mpiv_ult_yield();
             *done = 0;
             return MPI_SUCCESS;
         }
@@ -526,6 +530,8 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
         if (face_req_is_own(requests[i])) {
             struct face_req *f = face_req_of(requests[i]);
             if (f->kind == FR_NBC && mpiv_counter_get(&f->done) != 0) {
+                if (mpiv_ult_self()) /* as in own_progress */
+                    mpiv_ult_yield();
                 *flag = 0;
                 return MPI_SUCCESS;
             }

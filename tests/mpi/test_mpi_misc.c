@@ -211,6 +211,37 @@ START_TEST(ults_call_mpi)
 }
 END_TEST
 
+/* A ULT that starts a non-blocking collective and polls it with
+ * MPI_Test, never blocking: the collective's own ULT must still run (on
+ * one worker, it is the same worker). */
+static void *nbc_poller(void *arg)
+{
+    (void)arg;
+    intptr_t bad = 0;
+    for (int i = 0; i < 20; i++) {
+        int v = 1, s = 0, flag = 0;
+        MPI_Request r;
+        if (MPI_Iallreduce(&v, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r))
+            return (void *)1;
+        while (!flag)
+            if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE))
+                return (void *)1;
+        bad += s != np;
+    }
+    return (void *)bad;
+}
+
+START_TEST(ult_polls_nonblocking_collective)
+{
+    mpiv_ult_t u;
+    ck_assert_int_eq(mpiv_ult_spawn(nbc_poller, NULL, MPIV_WORKER_ANY, &u), 0);
+    void *ret;
+    mpiv_ult_join(u, &ret);
+    EXPECT(ret == NULL, "%ld wrong results or failed calls", (long)(intptr_t)ret);
+    agree();
+}
+END_TEST
+
 /* Collectives on different communicators from different threads at once
  * (MPI allows it; each communicator's calls stay in order). */
 struct coll_arg {
@@ -263,6 +294,7 @@ static Suite *misc_suite(void)
     tcase_add_test(tc, pthreads_multiple);
     tcase_add_test(tc, ults_call_mpi);
     tcase_add_test(tc, threads_on_communicators);
+    tcase_add_test(tc, ult_polls_nonblocking_collective);
     suite_add_tcase(s, tc);
     return s;
 }
