@@ -846,7 +846,10 @@ int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
 
 /* --- non-blocking collectives ------------------------------------------------------ */
 
-enum nbc_kind { N_BARRIER, N_BCAST, N_REDUCE, N_ALLREDUCE, N_MOVE, N_RSB, N_SCAN, N_EXSCAN };
+enum nbc_kind {
+    N_BARRIER, N_BCAST, N_REDUCE, N_ALLREDUCE, N_MOVE, N_RSB, N_SCAN, N_EXSCAN,
+    N_GATHERV, N_SCATTERV, N_ALLGATHERV, N_ALLTOALLV, N_REDUCE_SCATTER
+};
 
 struct face_nbc {
     struct face_nbc *next;
@@ -859,6 +862,9 @@ struct face_nbc {
     int scount, rcount, root;
     MPI_Datatype stype, rtype;
     MPI_Op op;
+    /* the v forms' arrays: the program's own, which MPI leaves alone until
+     * the request completes */
+    const int *scounts, *sdispls, *rcounts, *rdispls;
 };
 
 static int nbc_run(struct face_nbc *n)
@@ -875,6 +881,20 @@ static int nbc_run(struct face_nbc *n)
     case N_RSB: return reduce_scatter_block(x, n->sbuf, n->rbuf, n->rcount, n->rtype, n->op);
     case N_SCAN: return do_scan(x, n->sbuf, n->rbuf, n->rcount, n->rtype, n->op, false);
     case N_EXSCAN: return do_scan(x, n->sbuf, n->rbuf, n->rcount, n->rtype, n->op, true);
+    case N_GATHERV:
+        return do_gatherv(x, n->sbuf, n->scount, n->stype, n->rbuf, n->rcounts, n->rdispls,
+                          n->rtype, n->root);
+    case N_SCATTERV:
+        return do_scatterv(x, n->sbuf, n->scounts, n->sdispls, n->stype, n->rbuf, n->rcount,
+                           n->rtype, n->root);
+    case N_ALLGATHERV:
+        return do_allgatherv(x, n->sbuf, n->scount, n->stype, n->rbuf, n->rcounts, n->rdispls,
+                             n->rtype);
+    case N_ALLTOALLV:
+        return do_alltoallv(x, n->sbuf, n->scounts, n->sdispls, n->stype, n->rbuf, n->rcounts,
+                            n->rdispls, n->rtype);
+    case N_REDUCE_SCATTER:
+        return do_reduce_scatter(x, n->sbuf, n->rbuf, n->rcounts, n->rtype, n->op);
     }
     return MPI_ERR_INTERN;
 }
@@ -1054,4 +1074,48 @@ int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype data
 {
     NBC("MPI_Iexscan", comm, .kind = N_EXSCAN, .sbuf = sendbuf, .rbuf = recvbuf,
         .rcount = count, .rtype = datatype, .op = op);
+}
+
+int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                 MPI_Comm comm, MPI_Request *request)
+{
+    NBC("MPI_Igatherv", comm, .kind = N_GATHERV, .sbuf = sendbuf, .scount = sendcount,
+        .stype = sendtype, .rbuf = recvbuf, .rcounts = recvcounts, .rdispls = displs,
+        .rtype = recvtype, .root = root);
+}
+
+int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                  MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype,
+                  int root, MPI_Comm comm, MPI_Request *request)
+{
+    NBC("MPI_Iscatterv", comm, .kind = N_SCATTERV, .sbuf = sendbuf, .scounts = sendcounts,
+        .sdispls = displs, .stype = sendtype, .rbuf = recvbuf, .rcount = recvcount,
+        .rtype = recvtype, .root = root);
+}
+
+int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                    const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                    MPI_Comm comm, MPI_Request *request)
+{
+    NBC("MPI_Iallgatherv", comm, .kind = N_ALLGATHERV, .sbuf = sendbuf, .scount = sendcount,
+        .stype = sendtype, .rbuf = recvbuf, .rcounts = recvcounts, .rdispls = displs,
+        .rtype = recvtype);
+}
+
+int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request *request)
+{
+    NBC("MPI_Ialltoallv", comm, .kind = N_ALLTOALLV, .sbuf = sendbuf, .scounts = sendcounts,
+        .sdispls = sdispls, .stype = sendtype, .rbuf = recvbuf, .rcounts = recvcounts,
+        .rdispls = rdispls, .rtype = recvtype);
+}
+
+int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    NBC("MPI_Ireduce_scatter", comm, .kind = N_REDUCE_SCATTER, .sbuf = sendbuf,
+        .rbuf = recvbuf, .rcounts = recvcounts, .rtype = datatype, .op = op);
 }

@@ -11,8 +11,8 @@
  *  - user operations: a non-commutative one (affine maps composed in rank
  *    order) on a contiguous type, a commutative one;
  *  - data movement (bcast, gather(v), scatter(v), allgather(v),
- *    alltoall(v), non-blocking forms), with a non-contiguous type, in
- *    place, past the eager limit;
+ *    alltoall(v), their non-blocking forms), with a non-contiguous type,
+ *    in place, past the eager limit;
  *  - several non-blocking collectives outstanding at once, completed out
  *    of order, with blocking ones between.
  */
@@ -212,6 +212,17 @@ START_TEST(reductions)
             MOK(MPI_Ireduce_scatter_block(in, out, c, mt, op, MPI_COMM_WORLD, &r));
             MOK(MPI_Wait(&r, MPI_STATUS_IGNORE));
             check_range("ireduce_scatter_block", t, o, out, n, n * (size_t)me, 0, np);
+            int *rc2 = malloc(sizeof(int) * (size_t)np);
+            size_t before2 = 0;
+            for (int q = 0; q < np; q++) {
+                rc2[q] = (int)n; /* n each of np * n */
+                if (q < me)
+                    before2 += n;
+            }
+            MOK(MPI_Ireduce_scatter(in, out, rc2, mt, op, MPI_COMM_WORLD, &r));
+            MOK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+            check_range("ireduce_scatter", t, o, out, n, before2, 0, np);
+            free(rc2);
             free(in);
             free(out);
         }
@@ -491,10 +502,24 @@ START_TEST(movement)
 }
 END_TEST
 
-/* The v forms: rank f contributes f + 1 + n blocks' worth, with gaps. */
+/* The blocking call, or its non-blocking form (whose request is q_)
+ * waited for at once. */
+#define BLOCKING_OR_NOT(nb, blocking, nonblocking)                                           \
+    do {                                                                                     \
+        if (nb) {                                                                            \
+            MPI_Request q_;                                                                  \
+            MOK(nonblocking);                                                                \
+            MOK(MPI_Wait(&q_, MPI_STATUS_IGNORE));                                           \
+        } else {                                                                             \
+            MOK(blocking);                                                                   \
+        }                                                                                    \
+    } while (0)
+
+/* The v forms, blocking and not: rank f contributes n + f ints, with gaps. */
 START_TEST(movement_v)
 {
-    int n = (int)counts[_i];
+    int n = (int)counts[_i % NCOUNTS];
+    bool nb = _i >= (int)NCOUNTS;
     int *cnt = malloc(sizeof(int) * (size_t)np), *dis = malloc(sizeof(int) * (size_t)np);
     int total = 0;
     for (int f = 0; f < np; f++) {
@@ -509,7 +534,8 @@ START_TEST(movement_v)
         s[k] = val(me, root, k);
     for (int k = 0; k < total; k++)
         r[k] = -1;
-    MOK(MPI_Gatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, root, MPI_COMM_WORLD));
+    BLOCKING_OR_NOT(nb, MPI_Gatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, root, MPI_COMM_WORLD),
+                    MPI_Igatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, root, MPI_COMM_WORLD, &q_));
     if (me == root)
         for (int f = 0; f < np; f++) {
             check_ints("gatherv", r + dis[f], cnt[f], f, root);
@@ -520,21 +546,24 @@ START_TEST(movement_v)
         r[k] = -1;
     for (int k = 0; k < cnt[me]; k++)
         s[k] = val(me, 0, k);
-    MOK(MPI_Allgatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD));
+    BLOCKING_OR_NOT(nb, MPI_Allgatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD),
+                    MPI_Iallgatherv(s, cnt[me], MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD, &q_));
     for (int f = 0; f < np; f++)
         check_ints("allgatherv", r + dis[f], cnt[f], f, 0);
     for (int f = 0; f < np; f++)
         if (f != me)
             for (int k = 0; k < cnt[f]; k++)
                 r[dis[f] + k] = -1;
-    MOK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD));
+    BLOCKING_OR_NOT(nb, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD),
+                    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_INT, r, cnt, dis, MPI_INT, MPI_COMM_WORLD, &q_));
     for (int f = 0; f < np; f++)
         check_ints("allgatherv in place", r + dis[f], cnt[f], f, 0);
     /* scatterv */
     for (int t = 0; t < np; t++)
         for (int k = 0; k < cnt[t]; k++)
             s[dis[t] + k] = val(root, t, k);
-    MOK(MPI_Scatterv(s, cnt, dis, MPI_INT, r, cnt[me], MPI_INT, root, MPI_COMM_WORLD));
+    BLOCKING_OR_NOT(nb, MPI_Scatterv(s, cnt, dis, MPI_INT, r, cnt[me], MPI_INT, root, MPI_COMM_WORLD),
+                    MPI_Iscatterv(s, cnt, dis, MPI_INT, r, cnt[me], MPI_INT, root, MPI_COMM_WORLD, &q_));
     check_ints("scatterv", r, cnt[me], root, me);
     /* alltoallv: rank f sends cnt[t] ints to t... so t receives cnt[t]
      * from everyone: symmetric counts per receiver */
@@ -553,7 +582,8 @@ START_TEST(movement_v)
     for (int t = 0; t < np; t++)
         for (int k = 0; k < sc[t]; k++)
             s2[sd[t] + k] = val(me, t, k);
-    MOK(MPI_Alltoallv(s2, sc, sd, MPI_INT, r2, rcn, rd, MPI_INT, MPI_COMM_WORLD));
+    BLOCKING_OR_NOT(nb, MPI_Alltoallv(s2, sc, sd, MPI_INT, r2, rcn, rd, MPI_INT, MPI_COMM_WORLD),
+                    MPI_Ialltoallv(s2, sc, sd, MPI_INT, r2, rcn, rd, MPI_INT, MPI_COMM_WORLD, &q_));
     for (int f = 0; f < np; f++)
         check_ints("alltoallv", r2 + rd[f], rcn[f], f, me);
     free(s2);
@@ -662,7 +692,7 @@ static Suite *coll_suite(void)
     tcase_add_test(tc, user_operations);
     tcase_add_test(tc, reduction_on_vector_type);
     tcase_add_loop_test(tc, movement, 0, NCOUNTS + 1);
-    tcase_add_loop_test(tc, movement_v, 0, NCOUNTS);
+    tcase_add_loop_test(tc, movement_v, 0, 2 * NCOUNTS);
     tcase_add_test(tc, movement_vector_type);
     tcase_add_test(tc, nonblocking_overlap);
     suite_add_tcase(s, tc);
