@@ -839,15 +839,14 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
         MPI_Wait(&r[0], MPI_STATUS_IGNORE);
         return err;
     }
-    MPI_Errhandler eh = comm->errhandler;
-    comm->errhandler = MPI_ERRORS_RETURN;
-    err = MPI_Waitall(2, r, st);
-    comm->errhandler = eh;
+    /* completed here, so that a failure goes to comm's handler */
+    int done, rerr = progress_one(&r[0], true, &done, &st[0]);
+    int serr = progress_one(&r[1], true, &done, &st[1]);
     if (status)
         *status = st[0];
-    if (err)
-        return face_fail(comm, st[0].MPI_ERROR ? st[0].MPI_ERROR : st[1].MPI_ERROR,
-                         "MPI_Sendrecv", "the %s failed", st[0].MPI_ERROR ? "receive" : "send");
+    if (rerr || serr)
+        return face_fail(comm, rerr ? rerr : serr, "MPI_Sendrecv", "the %s failed",
+                         rerr ? "receive" : "send");
     return MPI_SUCCESS;
 }
 
