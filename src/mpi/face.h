@@ -153,8 +153,12 @@ int face_class_of(int native_rc);
  * of the face's own requests (MPIv's are aligned, so the bit is free):
  * those that must do something on completion (unpack, free a packed
  * copy), the non-blocking collectives and the completed requests of
- * MPI_PROC_NULL and of a cancelled receive. */
-enum face_req_kind { FR_SEND_PACKED, FR_RECV_PACKED, FR_NBC, FR_PROC_NULL, FR_CANCELLED };
+ * MPI_PROC_NULL and of a cancelled receive, and persistent requests. */
+enum face_req_kind {
+    FR_SEND_PACKED, FR_RECV_PACKED, FR_NBC, FR_PROC_NULL, FR_CANCELLED,
+    FR_PERSISTENT /* MPI_Send_init & co.: never freed by completion */
+};
+enum face_persistent_op { PERSIST_SEND, PERSIST_SSEND, PERSIST_RECV };
 
 struct face_req {
     mpiv_counter_t done; /* FR_NBC: 1 until the collective returned */
@@ -165,6 +169,12 @@ struct face_req {
     MPI_Datatype type;    /* FR_RECV_PACKED                         */
     size_t count;         /* FR_RECV_PACKED: elements at most       */
     int rc;               /* FR_NBC: the collective's MPI error     */
+    /* FR_PERSISTENT: the operation (userbuf, type and count above), and
+     * the request of its current start, MPI_REQUEST_NULL while inactive */
+    enum face_persistent_op op;
+    int peer, tag;
+    MPI_Comm comm;
+    MPI_Request started;
 };
 
 static inline bool face_req_is_own(MPI_Request r) { return ((uintptr_t)r & 1u) != 0; }

@@ -347,7 +347,10 @@ static int finish_packed(struct face_req *f, const mpiv_status_t *ns, MPI_Status
 
 /* Completes the face's own request f if it is done (waiting for it when
  * block): *done = 1, *st filled, f released; the MPI error of its
- * operation. Sentinels are never released. */
+ * operation. Sentinels and persistent requests are never released (a
+ * persistent one becomes inactive). */
+static int progress_one(MPI_Request *r, bool block, int *done, MPI_Status *st);
+
 static int own_progress(struct face_req *f, bool block, int *done, MPI_Status *st)
 {
     mpiv_status_t ns;
@@ -388,6 +391,13 @@ static int own_progress(struct face_req *f, bool block, int *done, MPI_Status *s
                 return rc ? face_class_of(rc) : MPI_SUCCESS;
         }
         return finish_packed(f, &ns, st);
+    case FR_PERSISTENT:
+        /* inactive: complete at once with an empty status */
+        if (!f->started) {
+            face_status_empty(st);
+            return MPI_SUCCESS;
+        }
+        return progress_one(&f->started, block, done, st);
     }
     return MPI_ERR_INTERN;
 }
@@ -397,8 +407,10 @@ static int own_progress(struct face_req *f, bool block, int *done, MPI_Status *s
 static int progress_one(MPI_Request *r, bool block, int *done, MPI_Status *st)
 {
     if (face_req_is_own(*r)) {
-        int err = own_progress(face_req_of(*r), block, done, st);
-        if (*done)
+        struct face_req *f = face_req_of(*r);
+        bool keep = f->kind == FR_PERSISTENT; /* read first: completion may free f */
+        int err = own_progress(f, block, done, st);
+        if (*done && !keep)
             *r = MPI_REQUEST_NULL;
         return err;
     }
@@ -463,11 +475,21 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
         face_status_empty(status);
         return MPI_SUCCESS;
     }
-    MPI_Status local;
+    MPI_Status local = {0};
     int err = progress_one(request, false, flag, &local);
     if (*flag && status)
         *status = local;
     return op_failed(err, "MPI_Test");
+}
+
+/* Not MPI_REQUEST_NULL nor an inactive persistent request: what the
+ * any and some calls look at. */
+static bool active(MPI_Request r)
+{
+    if (!face_req_is_own(r))
+        return r != MPI_REQUEST_NULL;
+    struct face_req *f = face_req_of(r);
+    return f->kind != FR_PERSISTENT || f->started != MPI_REQUEST_NULL;
 }
 
 static bool any_own(int n, const MPI_Request r[])
@@ -517,6 +539,53 @@ int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
                   : MPI_SUCCESS;
 }
 
+/* MPIv's request under r (MPIV_REQUEST_NULL where there is none: the
+ * face's requests that complete at once or are collectives). */
+static mpiv_request_t underlying(MPI_Request r)
+{
+    if (!face_req_is_own(r))
+        return r;
+    struct face_req *f = face_req_of(r);
+    switch (f->kind) {
+    case FR_SEND_PACKED:
+    case FR_RECV_PACKED: return f->inner;
+    case FR_PERSISTENT: return underlying(f->started);
+    default: return MPIV_REQUEST_NULL;
+    }
+}
+
+/* Completes *r, whose MPIv request (underlying) completed with ns; the
+ * MPI error of its operation. */
+static int finish_tested(MPI_Request *r, const mpiv_status_t *ns, MPI_Status *st)
+{
+    if (!*r) {
+        face_status_empty(st);
+        return MPI_SUCCESS;
+    }
+    if (!face_req_is_own(*r)) {
+        face_status_set(st, ns);
+        *r = MPI_REQUEST_NULL;
+        return st->MPI_ERROR;
+    }
+    struct face_req *f = face_req_of(*r);
+    if (f->kind == FR_SEND_PACKED || f->kind == FR_RECV_PACKED) {
+        *r = MPI_REQUEST_NULL;
+        return finish_packed(f, ns, st);
+    }
+    if (f->kind == FR_PERSISTENT)
+        return finish_tested(&f->started, ns, st);
+    int done;
+    return progress_one(r, true, &done, st);
+}
+
+static bool nbc_running(MPI_Request r)
+{
+    if (!face_req_is_own(r))
+        return false;
+    struct face_req *f = face_req_of(r);
+    return f->kind == FR_NBC && mpiv_counter_get(&f->done) != 0;
+}
+
 int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[])
 {
     int err = check_array(count, requests, "MPI_Testall");
@@ -527,14 +596,11 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
     /* All or nothing: a collective still running means no; the rest is
      * MPIv's own all-or-nothing test over the MPIv requests underneath. */
     for (int i = 0; i < count; i++)
-        if (face_req_is_own(requests[i])) {
-            struct face_req *f = face_req_of(requests[i]);
-            if (f->kind == FR_NBC && mpiv_counter_get(&f->done) != 0) {
-                if (mpiv_ult_self()) /* as in own_progress */
-                    mpiv_ult_yield();
-                *flag = 0;
-                return MPI_SUCCESS;
-            }
+        if (nbc_running(requests[i])) {
+            if (mpiv_ult_self()) /* as in own_progress */
+                mpiv_ult_yield();
+            *flag = 0;
+            return MPI_SUCCESS;
         }
     mpiv_request_t small_r[16];
     mpiv_status_t small_s[16];
@@ -549,36 +615,15 @@ int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuse
             return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Testall", "out of memory");
         }
     }
-    for (int i = 0; i < count; i++) {
-        inner[i] = requests[i];
-        if (face_req_is_own(requests[i])) {
-            struct face_req *f = face_req_of(requests[i]);
-            bool packed = f->kind == FR_SEND_PACKED || f->kind == FR_RECV_PACKED;
-            inner[i] = packed ? f->inner : MPIV_REQUEST_NULL;
-        }
-    }
+    for (int i = 0; i < count; i++)
+        inner[i] = underlying(requests[i]);
     int all = 0;
     mpiv_testall(count, inner, &all, ns);
     bool failed = false;
     if (all) {
         for (int i = 0; i < count; i++) {
             MPI_Status local;
-            int e = MPI_SUCCESS;
-            if (!requests[i]) {
-                face_status_empty(&local);
-            } else if (face_req_is_own(requests[i])) {
-                struct face_req *f = face_req_of(requests[i]);
-                if (f->kind == FR_SEND_PACKED || f->kind == FR_RECV_PACKED)
-                    e = finish_packed(f, &ns[i], &local);
-                else {
-                    int done;
-                    e = own_progress(f, true, &done, &local);
-                }
-            } else {
-                face_status_set(&local, &ns[i]);
-                e = local.MPI_ERROR;
-            }
-            requests[i] = MPI_REQUEST_NULL;
+            int e = finish_tested(&requests[i], &ns[i], &local);
             local.MPI_ERROR = e;
             failed |= e != MPI_SUCCESS;
             if (statuses)
@@ -601,11 +646,11 @@ int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_St
         return err;
     if (!index || !flag)
         return face_fail(NULL, MPI_ERR_ARG, "MPI_Testany", "NULL argument");
-    bool active = false;
+    bool any_active = false;
     for (int i = 0; i < count; i++) {
-        if (!requests[i])
+        if (!active(requests[i]))
             continue;
-        active = true;
+        any_active = true;
         MPI_Status local;
         int done;
         int e = progress_one(&requests[i], false, &done, &local);
@@ -617,9 +662,9 @@ int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_St
             return op_failed(e, "MPI_Testany");
         }
     }
-    *flag = !active;
+    *flag = !any_active;
     *index = MPI_UNDEFINED;
-    if (!active)
+    if (!any_active)
         face_status_empty(status);
     return MPI_SUCCESS;
 }
@@ -657,12 +702,12 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
         return err;
     if (!outcount || (incount > 0 && !indices))
         return face_fail(NULL, MPI_ERR_ARG, "MPI_Testsome", "NULL argument");
-    bool active = false, failed = false;
+    bool any_active = false, failed = false;
     int n = 0;
     for (int i = 0; i < incount; i++) {
-        if (!requests[i])
+        if (!active(requests[i]))
             continue;
-        active = true;
+        any_active = true;
         MPI_Status local;
         int done;
         int e = progress_one(&requests[i], false, &done, &local);
@@ -675,7 +720,7 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
             statuses[n] = local;
         n++;
     }
-    *outcount = active ? n : MPI_UNDEFINED;
+    *outcount = any_active ? n : MPI_UNDEFINED;
     return failed ? face_fail(NULL, MPI_ERR_IN_STATUS, "MPI_Testsome", "an operation failed")
                   : MPI_SUCCESS;
 }
@@ -733,6 +778,26 @@ void face_detached_drain(void)
     pthread_mutex_unlock(&detached_lock);
 }
 
+/* Hands an active request over to the detached list. */
+static int detach(MPI_Request r)
+{
+    pthread_mutex_lock(&detached_lock);
+    reap(false);
+    if (ndetached == detached_cap) {
+        size_t cap = detached_cap ? 2 * detached_cap : 64;
+        MPI_Request *d = realloc(detached, cap * sizeof *d);
+        if (!d) {
+            pthread_mutex_unlock(&detached_lock);
+            return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Request_free", "out of memory");
+        }
+        detached = d;
+        detached_cap = cap;
+    }
+    detached[ndetached++] = r;
+    pthread_mutex_unlock(&detached_lock);
+    return MPI_SUCCESS;
+}
+
 int MPI_Request_free(MPI_Request *request)
 {
     if (!request || !*request)
@@ -747,23 +812,23 @@ int MPI_Request_free(MPI_Request *request)
             return face_fail(NULL, MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Request_free",
                              "freeing a non-blocking collective's request is not supported "
                              "by MPIv's MPI face: wait for it");
-    }
-    pthread_mutex_lock(&detached_lock);
-    reap(false);
-    if (ndetached == detached_cap) {
-        size_t cap = detached_cap ? 2 * detached_cap : 64;
-        MPI_Request *d = realloc(detached, cap * sizeof *d);
-        if (!d) {
-            pthread_mutex_unlock(&detached_lock);
-            return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Request_free", "out of memory");
+        if (f->kind == FR_PERSISTENT) {
+            /* its current start, if any, completes on its own */
+            if (f->started) {
+                int err = detach(f->started);
+                if (err)
+                    return err;
+            }
+            face_type_release(f->type);
+            free(f);
+            *request = MPI_REQUEST_NULL;
+            return MPI_SUCCESS;
         }
-        detached = d;
-        detached_cap = cap;
     }
-    detached[ndetached++] = *request;
-    pthread_mutex_unlock(&detached_lock);
-    *request = MPI_REQUEST_NULL;
-    return MPI_SUCCESS;
+    int err = detach(*request);
+    if (!err)
+        *request = MPI_REQUEST_NULL;
+    return err;
 }
 
 /* A receive nothing matched yet is taken back; MPI_Wait then completes
@@ -780,6 +845,8 @@ int MPI_Cancel(MPI_Request *request)
         if (f->kind == FR_NBC)
             return face_fail(NULL, MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Cancel",
                              "a non-blocking collective cannot be cancelled");
+        if (f->kind == FR_PERSISTENT) /* its current start, if any */
+            return f->started ? MPI_Cancel(&f->started) : MPI_SUCCESS;
         if (f->kind != FR_RECV_PACKED)
             return MPI_SUCCESS;
         inner = &f->inner;
@@ -806,6 +873,89 @@ int MPI_Test_cancelled(const MPI_Status *status, int *flag)
         return face_fail(NULL, MPI_ERR_ARG, "MPI_Test_cancelled", "NULL argument");
     *flag = status->mpiv_cancelled_;
     return MPI_SUCCESS;
+}
+
+/* --- persistent requests ---------------------------------------------------- */
+
+/* An inactive request that MPI_Start starts as the non-blocking call op
+ * with these arguments (checked then, as that call checks them). */
+static int persistent(enum face_persistent_op op, const void *buf, int count, MPI_Datatype t,
+                      int peer, int tag, MPI_Comm comm, MPI_Request *request, const char *fn)
+{
+    int err = check_args(count, t, comm, fn);
+    if (err)
+        return err;
+    if (!request)
+        return face_fail(comm, MPI_ERR_ARG, fn, "request is NULL");
+    struct face_req *f = face_req_new(FR_PERSISTENT);
+    if (!f)
+        return face_fail(comm, MPI_ERR_NO_MEM, fn, "out of memory");
+    f->op = op;
+    f->userbuf = (void *)buf;
+    f->count = (size_t)count;
+    f->type = t;
+    f->peer = peer;
+    f->tag = tag;
+    f->comm = comm;
+    face_type_hold(t);
+    *request = face_req_handle(f);
+    return MPI_SUCCESS;
+}
+
+int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                  MPI_Comm comm, MPI_Request *request)
+{
+    return persistent(PERSIST_SEND, buf, count, datatype, dest, tag, comm, request,
+                      "MPI_Send_init");
+}
+
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request)
+{
+    return persistent(PERSIST_SSEND, buf, count, datatype, dest, tag, comm, request,
+                      "MPI_Ssend_init");
+}
+
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request)
+{
+    return persistent(PERSIST_SEND, buf, count, datatype, dest, tag, comm, request,
+                      "MPI_Rsend_init");
+}
+
+int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag,
+                  MPI_Comm comm, MPI_Request *request)
+{
+    return persistent(PERSIST_RECV, buf, count, datatype, source, tag, comm, request,
+                      "MPI_Recv_init");
+}
+
+int MPI_Start(MPI_Request *request)
+{
+    if (!request || !face_req_is_own(*request) ||
+        face_req_of(*request)->kind != FR_PERSISTENT)
+        return face_fail(NULL, MPI_ERR_REQUEST, "MPI_Start", "not a persistent request");
+    struct face_req *f = face_req_of(*request);
+    if (f->started)
+        return face_fail(f->comm, MPI_ERR_REQUEST, "MPI_Start", "the request is active");
+    int c = (int)f->count;
+    switch (f->op) {
+    case PERSIST_SEND:
+        return MPI_Isend(f->userbuf, c, f->type, f->peer, f->tag, f->comm, &f->started);
+    case PERSIST_SSEND:
+        return MPI_Issend(f->userbuf, c, f->type, f->peer, f->tag, f->comm, &f->started);
+    case PERSIST_RECV:
+        return MPI_Irecv(f->userbuf, c, f->type, f->peer, f->tag, f->comm, &f->started);
+    }
+    return MPI_ERR_INTERN;
+}
+
+int MPI_Startall(int count, MPI_Request requests[])
+{
+    int err = check_array(count, requests, "MPI_Startall");
+    for (int i = 0; !err && i < count; i++)
+        err = MPI_Start(&requests[i]);
+    return err;
 }
 
 /* --- sendrecv --------------------------------------------------------------- */

@@ -3,7 +3,7 @@
  * ranks: ordering, truncation, status fields and MPI_Get_count,
  * MPI_PROC_NULL, wildcards, probes and matched probes, every completion
  * call (with MPIv's requests and the face's own mixed), cancel, request
- * free, the send modes, sendrecv(_replace), communicator isolation and
+ * free, persistent requests, the send modes, sendrecv(_replace), communicator isolation and
  * non-contiguous datatypes. Ranks pair up as (0,1), (2,3).
  */
 #include <check.h>
@@ -419,6 +419,87 @@ START_TEST(large_vector_type)
 }
 END_TEST
 
+/* Persistent requests: started again and again (a halo exchange), with a
+ * vector type, in every completion call; inactive ones count as null in
+ * the any / some calls; cancel and free. */
+START_TEST(persistent_requests)
+{
+    MPI_Datatype every_other;
+    MOK(MPI_Type_vector(3, 1, 2, MPI_INT, &every_other));
+    MOK(MPI_Type_commit(&every_other));
+    int out[5], in[5], vin[5];
+    MPI_Request r[3];
+    MOK(MPI_Send_init(out, 5, MPI_INT, peer(), 20, MPI_COMM_WORLD, &r[0]));
+    MOK(MPI_Recv_init(in, 5, MPI_INT, peer(), 20, MPI_COMM_WORLD, &r[1]));
+    MOK(MPI_Recv_init(vin, 1, every_other, peer(), 21, MPI_COMM_WORLD, &r[2]));
+    /* an inactive request completes at once, with an empty status */
+    MPI_Status st;
+    MOK(MPI_Wait(&r[1], &st));
+    EXPECT(r[1] != MPI_REQUEST_NULL && st.MPI_SOURCE == MPI_ANY_SOURCE, "inactive wait");
+    for (int it = 0; it < 12; it++) {
+        for (int k = 0; k < 5; k++) {
+            out[k] = 1000 * me + 10 * it + k;
+            in[k] = vin[k] = -1;
+        }
+        MOK(MPI_Startall(2, r));
+        MOK(MPI_Start(&r[2]));
+        int vout[3] = {out[0], out[1], out[2]};
+        MOK(MPI_Send(vout, 3, MPI_INT, peer(), 21, MPI_COMM_WORLD));
+        int flag = 0, idx, outn, ids[3];
+        switch (it % 4) {
+        case 0: MOK(MPI_Waitall(3, r, MPI_STATUSES_IGNORE)); break;
+        case 1:
+            while (!flag)
+                MOK(MPI_Testall(3, r, &flag, MPI_STATUSES_IGNORE));
+            break;
+        case 2:
+            for (int left = 3; left > 0; left--) {
+                MOK(MPI_Waitany(3, r, &idx, &st));
+                EXPECT(idx != MPI_UNDEFINED, "waitany: nothing with %d active", left);
+            }
+            MOK(MPI_Waitany(3, r, &idx, &st));
+            EXPECT(idx == MPI_UNDEFINED, "waitany on inactive requests gave %d", idx);
+            break;
+        case 3:
+            for (int left = 3; left > 0; left -= outn)
+                MOK(MPI_Waitsome(3, r, &outn, ids, MPI_STATUSES_IGNORE));
+            MOK(MPI_Testsome(3, r, &outn, ids, MPI_STATUSES_IGNORE));
+            EXPECT(outn == MPI_UNDEFINED, "testsome on inactive requests gave %d", outn);
+            break;
+        }
+        for (int k = 0; k < 5; k++) {
+            int want = 1000 * peer() + 10 * it + k;
+            EXPECT(in[k] == want, "iteration %d int %d is %d, not %d", it, k, in[k], want);
+            int vwant = k % 2 ? -1 : 1000 * peer() + 10 * it + k / 2;
+            EXPECT(vin[k] == vwant, "iteration %d vector int %d is %d, not %d", it, k, vin[k],
+                   vwant);
+        }
+        EXPECT(r[0] != MPI_REQUEST_NULL && r[2] != MPI_REQUEST_NULL, "completion freed one");
+    }
+    /* cancel a started receive nobody sends to */
+    MPI_Request c;
+    MOK(MPI_Recv_init(in, 1, MPI_INT, peer(), 22, MPI_COMM_WORLD, &c));
+    MOK(MPI_Start(&c));
+    MOK(MPI_Cancel(&c));
+    MOK(MPI_Wait(&c, &st));
+    int cancelled = 0;
+    MOK(MPI_Test_cancelled(&st, &cancelled));
+    EXPECT(cancelled == 1, "the started receive was not cancelled");
+    MOK(MPI_Request_free(&c));
+    /* free an active send: it still arrives */
+    out[0] = 4242;
+    MOK(MPI_Start(&r[0]));
+    MOK(MPI_Request_free(&r[0]));
+    MOK(MPI_Recv(in, 5, MPI_INT, peer(), 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    EXPECT(in[0] == 4242, "the freed persistent send brought %d", in[0]);
+    MOK(MPI_Request_free(&r[1]));
+    MOK(MPI_Request_free(&r[2]));
+    EXPECT(r[1] == MPI_REQUEST_NULL, "request_free left the handle");
+    MOK(MPI_Type_free(&every_other));
+    agree();
+}
+END_TEST
+
 static Suite *p2p_suite(void)
 {
     Suite *s = suite_create("mpi_p2p");
@@ -435,6 +516,7 @@ static Suite *p2p_suite(void)
     tcase_add_test(tc, send_modes_and_sendrecv);
     tcase_add_test(tc, communicators_isolate);
     tcase_add_test(tc, large_vector_type);
+    tcase_add_test(tc, persistent_requests);
     suite_add_tcase(s, tc);
     return s;
 }
