@@ -253,6 +253,12 @@ int MPI_Free_mem(void *base);
 
 int MPI_Error_string(int errorcode, char *string, int *resultlen);
 int MPI_Error_class(int errorcode, int *errorclass);
+/* A user handler is called with the communicator and the error code,
+ * then the call returns the code (as under MPI_ERRORS_RETURN). */
+typedef void MPI_Comm_errhandler_function(MPI_Comm *comm, int *errcode, ...);
+int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *function,
+                               MPI_Errhandler *errhandler);
+int MPI_Comm_call_errhandler(MPI_Comm comm, int errorcode);
 int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
 int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
 int MPI_Errhandler_free(MPI_Errhandler *errhandler);

@@ -83,8 +83,15 @@ static void vrecord(int err, const char *fn, const char *fmt, va_list ap)
 
 static int apply_handler(MPI_Comm comm, int err)
 {
-    MPI_Errhandler eh = comm && comm->errhandler ? comm->errhandler
-                                                  : mpiv_mpi_comm_world_.errhandler;
+    if (!comm || !comm->errhandler)
+        comm = &mpiv_mpi_comm_world_;
+    MPI_Errhandler eh = comm->errhandler;
+    if (eh && eh->fn) {
+        MPI_Comm c = comm;
+        int code = err;
+        eh->fn(&c, &code);
+        return err;
+    }
     if (eh && !eh->fatal)
         return err;
     fprintf(stderr, "MPI error on rank %d (MPI_ERRORS_ARE_FATAL): %s: %s\n", mpiv_rank(),
@@ -147,13 +154,42 @@ int MPI_Error_string(int errorcode, char *string, int *resultlen)
     return MPI_SUCCESS;
 }
 
+/* Every user handler ever made: kept for the life of the process (see
+ * MPI_Errhandler_free). */
+static pthread_mutex_t user_handlers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mpiv_mpi_errhandler *user_handlers;
+
+int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *function,
+                               MPI_Errhandler *errhandler)
+{
+    if (!function || !errhandler)
+        return face_fail(NULL, MPI_ERR_ARG, "MPI_Comm_create_errhandler", "NULL argument");
+    struct mpiv_mpi_errhandler *eh = calloc(1, sizeof *eh);
+    if (!eh)
+        return face_fail(NULL, MPI_ERR_NO_MEM, "MPI_Comm_create_errhandler", "out of memory");
+    eh->fn = function;
+    pthread_mutex_lock(&user_handlers_lock);
+    eh->next = user_handlers;
+    user_handlers = eh;
+    pthread_mutex_unlock(&user_handlers_lock);
+    *errhandler = eh;
+    return MPI_SUCCESS;
+}
+
+int MPI_Comm_call_errhandler(MPI_Comm comm, int errorcode)
+{
+    if (!face_comm_ok(comm))
+        return face_fail(NULL, MPI_ERR_COMM, "MPI_Comm_call_errhandler", "invalid communicator");
+    face_fail(comm, errorcode, "MPI_Comm_call_errhandler", "called by the program");
+    return MPI_SUCCESS;
+}
+
 int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler)
 {
     if (!face_comm_ok(comm))
         return face_fail(NULL, MPI_ERR_COMM, "MPI_Comm_set_errhandler", "invalid communicator");
-    if (errhandler != MPI_ERRORS_ARE_FATAL && errhandler != MPI_ERRORS_RETURN)
-        return face_fail(comm, MPI_ERR_ARG, "MPI_Comm_set_errhandler",
-                         "only MPI_ERRORS_ARE_FATAL and MPI_ERRORS_RETURN are supported");
+    if (!errhandler)
+        return face_fail(comm, MPI_ERR_ARG, "MPI_Comm_set_errhandler", "MPI_ERRHANDLER_NULL");
     comm->errhandler = errhandler;
     return MPI_SUCCESS;
 }
@@ -167,8 +203,9 @@ int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler)
     return MPI_SUCCESS;
 }
 
-/* The predefined handlers are the only ones: freeing one releases the
- * caller's reference (nothing to do). */
+/* Releases the caller's handle. A user handler lives on while a
+ * communicator may still use it (MPI frees it once none does): the face
+ * keeps it, a few bytes, for the life of the process (user_handlers). */
 int MPI_Errhandler_free(MPI_Errhandler *errhandler)
 {
     if (!errhandler || !*errhandler)

@@ -135,6 +135,8 @@ void face_comm_release(MPI_Comm c);
 
 struct mpiv_mpi_errhandler {
     bool fatal;
+    MPI_Comm_errhandler_function *fn; /* a user handler, else NULL */
+    struct mpiv_mpi_errhandler *next; /* env.c's list of user handlers */
 };
 
 /* Records what went wrong (function name and printf-style detail) for

@@ -5,7 +5,7 @@
  *    attributes);
  *  - every error class the face reports, under MPI_ERRORS_RETURN, with
  *    MPI_Error_string and MPI_Error_class, and unsupported uses refused
- *    with MPI_ERR_UNSUPPORTED_OPERATION;
+ *    with MPI_ERR_UNSUPPORTED_OPERATION; a user error handler;
  *  - plain pthreads calling MPI at once under MPI_THREAD_MULTIPLE, and
  *    MPIv's ULTs doing the same (through mpiv.h: a program may use both).
  * MPI_ERRORS_ARE_FATAL, the default, is checked by fatal_probe.c.
@@ -129,6 +129,47 @@ START_TEST(error_classes)
     MOK(MPI_Error_string(MPI_ERR_RANK, b, &lb));
     ck_assert_str_ne(a, b);
     MOK(MPI_Barrier(MPI_COMM_WORLD));
+}
+END_TEST
+
+static int handler_calls, handler_code;
+static MPI_Comm handler_comm;
+static void count_errors(MPI_Comm *comm, int *code, ...)
+{
+    handler_calls++;
+    handler_code = *code;
+    handler_comm = *comm;
+}
+
+/* A user error handler is called with the communicator and the code, and
+ * the call then returns the code; a duplicate inherits it. */
+START_TEST(user_error_handler)
+{
+    MPI_Errhandler eh;
+    MPI_Comm dup;
+    MOK(MPI_Comm_create_errhandler(count_errors, &eh));
+    MOK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    MOK(MPI_Comm_set_errhandler(dup, eh));
+    MOK(MPI_Errhandler_free(&eh));
+    handler_calls = 0;
+    int v = 0;
+    int rc = MPI_Send(&v, 1, MPI_INT, np + 2, 0, dup);
+    ck_assert_int_eq(rc, MPI_ERR_RANK);
+    ck_assert_int_eq(handler_calls, 1);
+    ck_assert_int_eq(handler_code, MPI_ERR_RANK);
+    ck_assert_ptr_eq(handler_comm, dup);
+    MPI_Comm dup2;
+    MOK(MPI_Comm_dup(dup, &dup2));
+    MOK(MPI_Comm_call_errhandler(dup2, MPI_ERR_OTHER));
+    ck_assert_int_eq(handler_calls, 2);
+    ck_assert_int_eq(handler_code, MPI_ERR_OTHER);
+    ck_assert_ptr_eq(handler_comm, dup2);
+    /* the world's handler is untouched */
+    rc = MPI_Send(&v, 1, MPI_INT, np + 2, 0, MPI_COMM_WORLD);
+    ck_assert_int_eq(rc, MPI_ERR_RANK);
+    ck_assert_int_eq(handler_calls, 2);
+    MOK(MPI_Comm_free(&dup2));
+    MOK(MPI_Comm_free(&dup));
 }
 END_TEST
 
@@ -291,6 +332,7 @@ static Suite *misc_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, environment);
     tcase_add_test(tc, error_classes);
+    tcase_add_test(tc, user_error_handler);
     tcase_add_test(tc, pthreads_multiple);
     tcase_add_test(tc, ults_call_mpi);
     tcase_add_test(tc, threads_on_communicators);
