@@ -263,6 +263,28 @@ int MPI_Comm_size(MPI_Comm comm, int *size)
     return MPI_SUCCESS;
 }
 
+/* The communicators made by dup and split that are not freed yet. */
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mpiv_mpi_comm comms = {.prev = &comms, .next = &comms};
+
+static void comms_add(MPI_Comm c)
+{
+    pthread_mutex_lock(&comms_lock);
+    c->next = comms.next;
+    c->prev = &comms;
+    comms.next->prev = c;
+    comms.next = c;
+    pthread_mutex_unlock(&comms_lock);
+}
+
+static void comms_remove(MPI_Comm c)
+{
+    pthread_mutex_lock(&comms_lock);
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    pthread_mutex_unlock(&comms_lock);
+}
+
 /* Wraps MPIv's new communicator (or none) into *newcomm. */
 static int adopt(MPI_Comm parent, mpiv_comm_t native, MPI_Comm *newcomm, const char *fn)
 {
@@ -277,6 +299,7 @@ static int adopt(MPI_Comm parent, mpiv_comm_t native, MPI_Comm *newcomm, const c
         free(c);
         return face_fail_native(parent, rc, fn);
     }
+    comms_add(c);
     *newcomm = c;
     return MPI_SUCCESS;
 }
@@ -341,6 +364,7 @@ int MPI_Comm_free(MPI_Comm *comm)
     if (!comm || !face_comm_ok(*comm) || *comm == MPI_COMM_WORLD || *comm == MPI_COMM_SELF)
         return face_fail(comm ? *comm : NULL, MPI_ERR_COMM, "MPI_Comm_free",
                          "not a communicator the program may free");
+    comms_remove(*comm);
     face_comm_release(*comm);
     free(*comm);
     *comm = MPI_COMM_NULL;
@@ -398,6 +422,12 @@ int MPI_Finalize(void)
 {
     FACE_CHECK_RUNNING("MPI_Finalize");
     face_detached_drain();
+    /* the program's communicators stay (it may still hold them), but
+     * their collectives' ULTs must be joined before MPIv stops */
+    pthread_mutex_lock(&comms_lock);
+    for (MPI_Comm c = comms.next; c != &comms; c = c->next)
+        face_nbc_drain(c);
+    pthread_mutex_unlock(&comms_lock);
     face_comm_release(&mpiv_mpi_comm_self_);
     face_nbc_drain(&mpiv_mpi_comm_world_);
     pthread_mutex_destroy(&mpiv_mpi_comm_world_.nbc_lock);

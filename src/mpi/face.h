@@ -124,6 +124,10 @@ struct mpiv_mpi_comm {
     struct face_nbc *nbc_head, *nbc_tail;
     bool nbc_running;
     mpiv_ult_t nbc_runner; /* the last runner, joined before the next starts */
+    /* env.c's list of the communicators the program made, whose runners
+     * MPI_Finalize joins (MPI lets a program finalize without freeing
+     * them) */
+    struct mpiv_mpi_comm *prev, *next;
 };
 
 static inline bool face_comm_ok(MPI_Comm c) { return c && c->native; }
