@@ -1,5 +1,8 @@
 /*
- * bfs.c — Graph500-style breadth-first search on MPIv (or MPI + pthreads).
+ * bfs.c — Graph500-style breadth-first search on MPIv, and the same program
+ * on MPI + pthreads (bfs_mpi: the twin, which maps this one-task-per-chunk
+ * shape onto pthreads; bfs_expert.c is the BFS an MPI programmer would
+ * write).
  *
  * Level-synchronous BFS over a 1D-distributed Kronecker graph (graph.h).
  * In every level each rank
@@ -18,20 +21,30 @@
  * The allreduce also keeps levels apart: no rank starts sending level k+1
  * before every rank has joined its receivers of level k.
  *
- * Each BFS is validated (validate.c) by the Graph500 rules and its TEPS
- * counts the input edges of the traversed component; the program reports the
- * harmonic mean over the roots, as Graph500 does.
+ * The graph, the roots, the validation and the report are driver.c's.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bfs.h"
+#include "driver.h"
 #include "opts.h"
 #include "par.h"
 
 enum { TAG_VISIT = 1 };
+
+struct bfs {
+    const struct graph *g;
+    int chunk;        /* frontier vertices per task */
+    int recv;         /* receiving tasks per peer rank */
+    int bufcap;       /* visit requests per message */
+    int64_t *parent;  /* per local vertex: global parent id, -1 unvisited */
+    int64_t *front;   /* local ids of this level's frontier */
+    int64_t nfront;
+    int64_t *next;    /* local ids of the next level, appended atomically */
+    int64_t nnext;
+};
 
 struct level {
     struct bfs *b;
@@ -113,9 +126,11 @@ static void *receiver(void *arg)
     return NULL;
 }
 
-double bfs_run(struct bfs *b, int64_t root)
+static double bfs_run(void *state, int64_t root, int64_t *parent)
 {
+    struct bfs *b = state;
     const struct graph *g = b->g;
+    b->parent = parent;
     int P = g->nranks, me = g->me;
     for (int64_t i = 0; i < g->nlocal; i++)
         b->parent[i] = -1;
@@ -164,75 +179,24 @@ double bfs_run(struct bfs *b, int64_t root)
     return t;
 }
 
-/* Picks up to `want` distinct roots with at least one non-loop edge, the
- * same on every rank. */
-static int pick_roots(const struct graph *g, uint64_t seed, int want, int64_t *roots)
-{
-    enum { BATCH = 256 };
-    int have = 0;
-    uint64_t s = mix64(seed ^ 0x726f6f7473ULL);
-    for (int round = 0; round < 64 && have < want; round++) {
-        int64_t cand[BATCH], deg[BATCH];
-        for (int i = 0; i < BATCH; i++) {
-            s += 0x9e3779b97f4a7c15ULL;
-            cand[i] = (int64_t)(mix64(s) % (uint64_t)g->n);
-            deg[i] = 0;
-            if (graph_owner(g, cand[i]) == g->me) {
-                int64_t lv = graph_local(g, cand[i]);
-                deg[i] = g->off[lv + 1] - g->off[lv];
-            }
-        }
-        par_allreduce_i64(deg, deg, BATCH, PAR_SUM);
-        for (int i = 0; i < BATCH && have < want; i++) {
-            int dup = deg[i] == 0;
-            for (int j = 0; j < have && !dup; j++)
-                dup = roots[j] == cand[i];
-            if (!dup)
-                roots[have++] = cand[i];
-        }
-    }
-    return have;
-}
-
-/* Makes one visited vertex (not the root) its own parent: a cycle. */
-static void corrupt_tree(struct bfs *b, int64_t root)
-{
-    for (int64_t lv = 0; lv < b->g->nlocal; lv++) {
-        int64_t v = graph_global(b->g, lv);
-        if (b->parent[lv] >= 0 && v != root) {
-            b->parent[lv] = v;
-            return;
-        }
-    }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 struct config {
-    int scale, edgefactor, roots, chunk, recv, bufcap, threads, corrupt;
-    uint64_t seed;
+    struct bfs_config bc;
+    int chunk, recv, bufcap, threads;
 };
 
 static const char usage[] =
     "Usage: bfs [options]   (start with mpiv_run -n N, or mpiexec for bfs_mpi)\n"
     "Graph500-style BFS on a Kronecker graph (A=.57 B=.19 C=.19), 1D-distributed.\n"
     "Every BFS is validated by the Graph500 rules; reports harmonic-mean TEPS.\n"
-    "  --scale S        2^S vertices (default 16, 1..26)\n"
-    "  --edgefactor E   edges per vertex (default 16)\n"
-    "  --roots K        BFS roots (default 64)\n"
-    "  --seed X         graph and root seed (default 1)\n"
+    "bfs runs on MPIv, one ULT per chunk of the frontier. bfs_mpi is its twin:\n"
+    "the same program with pthreads instead of ULTs over MPI_THREAD_MULTIPLE,\n"
+    "not the way an MPI programmer would write a BFS (that is bfs_expert).\n"
+    BFS_COMMON_USAGE
     "  --chunk C        frontier vertices per task (default 64)\n"
     "  --recv R         receiving tasks per peer rank (default: 4 ULTs with MPIv,\n"
     "                   1 pthread with MPI, where each one is a polling thread)\n"
     "  --buf B          visit requests per message (default 256: 4 KiB)\n"
-    "  --threads T      MPI version: pthreads per rank (default cores/ranks); ignored by MPIv\n"
-    "  --corrupt        damage the first BFS tree before validating it (tests the\n"
-    "                   validator: the run must then fail)\n"
-    "  --help           this text\n"
+    "  --threads T      bfs_mpi: pthreads per rank (default cores/ranks); ignored by MPIv\n"
     "Exit status: 0 valid, 1 validation or runtime failure, 2 bad arguments.\n";
 
 static void parse_args(int argc, char **argv, struct config *c)
@@ -243,22 +207,14 @@ static void parse_args(int argc, char **argv, struct config *c)
     for (; o.i < argc && !o.err[0]; o.i++) {
         if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
             help = 1;
-        else if (opts_match(&o, "--scale", 1))
-            c->scale = (int)opts_i64(&o, "--scale", 1, 26);
-        else if (opts_match(&o, "--edgefactor", 1))
-            c->edgefactor = (int)opts_i64(&o, "--edgefactor", 1, 1024);
-        else if (opts_match(&o, "--roots", 1))
-            c->roots = (int)opts_i64(&o, "--roots", 1, 1024);
-        else if (opts_match(&o, "--seed", 1))
-            c->seed = (uint64_t)opts_i64(&o, "--seed", 0, INT64_MAX);
+        else if (bfs_common_opt(&o, &c->bc))
+            ;
         else if (opts_match(&o, "--chunk", 1))
             c->chunk = (int)opts_i64(&o, "--chunk", 1, 1 << 24);
         else if (opts_match(&o, "--recv", 1))
             c->recv = (int)opts_i64(&o, "--recv", 1, 1024);
         else if (opts_match(&o, "--buf", 1))
             c->bufcap = (int)opts_i64(&o, "--buf", 1, 1 << 20);
-        else if (opts_match(&o, "--corrupt", 0))
-            c->corrupt = 1;
         else if (opts_match(&o, "--threads", 1))
             c->threads = (int)opts_i64(&o, "--threads", 1, 4096);
         else if (!o.err[0])
@@ -271,81 +227,42 @@ static void parse_args(int argc, char **argv, struct config *c)
         c->recv = strcmp(par_name(), "mpiv") == 0 ? 4 : 1;
 }
 
+static void *bfs_setup(const struct graph *g, void *arg)
+{
+    const struct config *c = arg;
+    struct bfs *b = calloc(1, sizeof *b);
+    if (!b)
+        par_die("bfs: out of memory");
+    *b = (struct bfs){.g = g, .chunk = c->chunk, .recv = c->recv, .bufcap = c->bufcap};
+    b->front = malloc(((size_t)g->nlocal + 1) * sizeof *b->front);
+    b->next = malloc(((size_t)g->nlocal + 1) * sizeof *b->next);
+    if (!b->front || !b->next)
+        par_die("bfs: out of memory");
+    return b;
+}
+
+static void bfs_teardown(void *state)
+{
+    struct bfs *b = state;
+    free(b->front);
+    free(b->next);
+    free(b);
+}
+
 static int bfs_main(void *arg)
 {
-    struct config c = *(struct config *)arg;
-    int me = par_rank(), P = par_size();
-    double t0 = par_wtime();
-    struct graph g;
-    graph_build(&g, c.scale, c.edgefactor, c.seed, P, me);
-    par_barrier();
-    double tbuild = par_wtime() - t0;
-    if (me == 0) {
-        printf("bfs (%s): SCALE %d, edgefactor %d: %lld vertices, %lld edges; %d ranks x %d %s\n", par_name(),
-               c.scale, c.edgefactor, (long long)g.n, (long long)g.m, P, par_threads(),
-               strcmp(par_name(), "mpiv") == 0 ? "workers" : "threads");
-        printf("construction: %.3f s\n", tbuild);
-        fflush(stdout);
-    }
-
-    struct bfs b = {.g = &g, .chunk = c.chunk, .recv = c.recv, .bufcap = c.bufcap};
-    b.parent = malloc(((size_t)g.nlocal + 1) * sizeof *b.parent);
-    b.front = malloc(((size_t)g.nlocal + 1) * sizeof *b.front);
-    b.next = malloc(((size_t)g.nlocal + 1) * sizeof *b.next);
-    int64_t *roots = malloc((size_t)c.roots * sizeof *roots);
-    double *times = malloc((size_t)c.roots * sizeof *times);
-    double *teps = malloc((size_t)c.roots * sizeof *teps);
-    if (!b.parent || !b.front || !b.next || !roots || !times || !teps)
-        par_die("bfs: out of memory");
-    int nroots = pick_roots(&g, c.seed, c.roots, roots);
-    if (nroots < c.roots && me == 0)
-        printf("only %d vertices with edges found for roots\n", nroots);
-
-    int failed = 0;
-    double inv_sum = 0;
-    for (int r = 0; r < nroots; r++) {
-        times[r] = bfs_run(&b, roots[r]);
-        if (c.corrupt && r == 0)
-            corrupt_tree(&b, roots[r]);
-        int64_t edges = 0;
-        int64_t errors = bfs_validate(&b, roots[r], &edges);
-        if (errors) {
-            if (me == 0)
-                printf("root %lld: INVALID (%lld errors)\n", (long long)roots[r], (long long)errors);
-            failed = 1;
-            break;
-        }
-        teps[r] = (double)edges / times[r];
-        inv_sum += 1.0 / teps[r];
-    }
-    if (me == 0 && !failed && nroots > 0) {
-        qsort(times, (size_t)nroots, sizeof *times, cmp_double);
-        qsort(teps, (size_t)nroots, sizeof *teps, cmp_double);
-        printf("%d BFS validated (Graph500 rules)\n", nroots);
-        printf("time: min %.4f  median %.4f  max %.4f s\n", times[0], times[nroots / 2], times[nroots - 1]);
-        printf("TEPS: min %.4g  median %.4g  max %.4g\n", teps[0], teps[nroots / 2], teps[nroots - 1]);
-        printf("harmonic_mean_TEPS: %.6g\n", nroots / inv_sum);
-    }
-    if (me == 0) {
-        printf("result: %s\n", failed || nroots == 0 ? "FAILED" : "PASSED");
-        /* before any rank can exit: a failing rank's exit ends the job, and
-         * a buffered verdict would die with it */
-        fflush(stdout);
-    }
-    free(roots);
-    free(times);
-    free(teps);
-    free(b.parent);
-    free(b.front);
-    free(b.next);
-    graph_free(&g);
-    return failed || nroots == 0;
+    struct config *c = arg;
+    int mpiv = strcmp(par_name(), "mpiv") == 0;
+    struct bfs_kernel k = {mpiv ? "mpiv" : "mpi + pthreads twin", bfs_setup, bfs_run, bfs_teardown, c};
+    char threads[64];
+    snprintf(threads, sizeof threads, "%d %s", par_threads(), mpiv ? "workers" : "threads");
+    return bfs_drive(&c->bc, &k, threads);
 }
 
 int main(int argc, char **argv)
 {
     par_init(&argc, &argv);
-    struct config c = {16, 16, 64, 64, 0, 256, 0, 0, 1};
+    struct config c = {BFS_CONFIG_DEFAULT, 64, 0, 256, 0};
     parse_args(argc, argv, &c);
     int rc = par_run(bfs_main, &c);
     par_finalize();

@@ -30,9 +30,8 @@ static int64_t report(int64_t nerr, const char *fmt, long long a, long long b)
     return nerr + 1;
 }
 
-int64_t bfs_validate(const struct bfs *b, int64_t root, int64_t *edges)
+int64_t bfs_validate(const struct graph *g, const int64_t *parent, int64_t root, int64_t *edges)
 {
-    const struct graph *g = b->g;
     int64_t n = g->n, nerr = 0;
     int64_t *par = calloc((size_t)n, sizeof *par);
     int64_t *depth = malloc((size_t)n * sizeof *depth);
@@ -42,7 +41,7 @@ int64_t bfs_validate(const struct bfs *b, int64_t root, int64_t *edges)
     for (int64_t v = 0; v < n; v++)
         par[v] = -1;
     for (int64_t lv = 0; lv < g->nlocal; lv++)
-        par[graph_global(g, lv)] = b->parent[lv];
+        par[graph_global(g, lv)] = parent[lv];
     par_allreduce_i64(par, par, (size_t)n, PAR_MAX);
 
     /* Depths: -1 unvisited, -2 not yet known. */

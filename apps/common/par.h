@@ -25,7 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Initialises the runtime (MPIv, or MPI with MPI_THREAD_MULTIPLE). */
+/* Initialises the runtime (MPIv, or MPI with MPI_THREAD_MULTIPLE). With
+ * MPI, a program that has initialised MPI itself (at the thread level it
+ * needs, as the expert versions do) may call it afterwards to use the
+ * one-thread parts of this layer (collectives, par_die, par_rank) on it. */
 void par_init(int *argc, char ***argv);
 /* Runs fn(arg) as the program's main task (a ULT with MPIv, so that it
  * blocks like every other task; directly with MPI) and returns its result. */

@@ -48,7 +48,16 @@ void par_die(const char *fmt, ...)
 
 void par_init(int *argc, char ***argv)
 {
-    int provided = MPI_THREAD_SINGLE;
+    int provided = MPI_THREAD_SINGLE, initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+        /* A program that calls MPI itself (the expert versions) chose its
+         * own thread level; it uses only this layer's one-thread calls. */
+        MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        return;
+    }
     check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
