@@ -1,5 +1,7 @@
 /*
- * stencil.c — 2D 5-point Jacobi on MPIv (or MPI + pthreads).
+ * stencil.c — 2D 5-point Jacobi on MPIv, and the same program on MPI +
+ * pthreads (stencil_mpi: the twin, the same program with pthreads instead
+ * of ULTs; stencil_expert.c is the stencil an MPI programmer would write).
  *
  * The NX x NY grid (fixed values on the boundary around it) is cut into
  * square tiles; rows of tiles are dealt out to ranks in blocks. Each tile
@@ -20,6 +22,7 @@
  *
  * Check: every rank also runs the whole grid serially with the same
  * arithmetic and compares its own tiles (they should be bitwise equal).
+ * The problem, the serial run and the report are problem.c's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@
 
 #include "opts.h"
 #include "par.h"
+#include "problem.h"
 
 enum { N_, S_, W_, E_ }; /* sides of a tile */
 static const int opposite[4] = {S_, N_, E_, W_};
@@ -43,7 +47,8 @@ struct tile {
 };
 
 struct config {
-    int nx, ny, tile, iters, tpt, threads, corrupt;
+    struct stencil_config sc;
+    int tile, tpt, threads;
 };
 
 struct stencil {
@@ -52,26 +57,6 @@ struct stencil {
     struct tile *tiles;  /* this rank's */
     int ntiles;
 };
-
-static double initial(int x, int y)
-{
-    uint64_t z = (uint64_t)x * 0x9e3779b97f4a7c15ULL ^ (uint64_t)y * 0xc2b2ae3d27d4eb4fULL;
-    z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ULL;
-    z ^= z >> 32;
-    return (double)(z & 0xffff) / 65536.0;
-}
-
-/* Value of a cell outside the grid. */
-static double boundary(int x, int y, int nx, int ny)
-{
-    (void)nx;
-    (void)ny;
-    if (y < 0)
-        return 1.0;
-    if (x < 0)
-        return 0.5;
-    return 0.0;
-}
 
 static int rank_of_row(const struct stencil *s, int ty) { return (int)((int64_t)ty * s->P / s->TY); }
 
@@ -100,19 +85,19 @@ static void tile_init(struct stencil *s, struct tile *t, int tx, int ty)
     }
     for (int j = 0; j < n; j++)
         for (int i = 0; i < n; i++)
-            t->cur[AT(t, i, j)] = initial(t->x0 + i, t->y0 + j);
+            t->cur[AT(t, i, j)] = stencil_initial(t->x0 + i, t->y0 + j);
     /* Halo cells on the global boundary never change: set them in both. */
     for (int k = 0; k < n; k++) {
         double *arr[2] = {t->cur, t->nxt};
         for (int a = 0; a < 2; a++) {
             if (t->nbr_rank[N_] < 0)
-                arr[a][AT(t, k, -1)] = boundary(t->x0 + k, -1, s->c.nx, s->c.ny);
+                arr[a][AT(t, k, -1)] = stencil_boundary(t->x0 + k, -1, s->c.sc.nx, s->c.sc.ny);
             if (t->nbr_rank[S_] < 0)
-                arr[a][AT(t, k, n)] = boundary(t->x0 + k, s->c.ny, s->c.nx, s->c.ny);
+                arr[a][AT(t, k, n)] = stencil_boundary(t->x0 + k, s->c.sc.ny, s->c.sc.nx, s->c.sc.ny);
             if (t->nbr_rank[W_] < 0)
-                arr[a][AT(t, -1, k)] = boundary(-1, t->y0 + k, s->c.nx, s->c.ny);
+                arr[a][AT(t, -1, k)] = stencil_boundary(-1, t->y0 + k, s->c.sc.nx, s->c.sc.ny);
             if (t->nbr_rank[E_] < 0)
-                arr[a][AT(t, n, k)] = boundary(s->c.nx, t->y0 + k, s->c.nx, s->c.ny);
+                arr[a][AT(t, n, k)] = stencil_boundary(s->c.sc.nx, t->y0 + k, s->c.sc.nx, s->c.sc.ny);
         }
     }
 }
@@ -148,18 +133,6 @@ static void unpack(struct tile *t, int d)
     }
 }
 
-/* The one formula both the tiles and the serial check use. */
-static inline double jacobi(double n, double s, double w, double e) { return 0.25 * ((n + s) + (w + e)); }
-
-static void sweep(double *restrict out, const double *restrict in, int w, int h, size_t stride)
-{
-    for (int j = 1; j <= h; j++)
-        for (int i = 1; i <= w; i++) {
-            size_t c = (size_t)j * stride + (size_t)i;
-            out[c] = jacobi(in[c - stride], in[c + stride], in[c - 1], in[c + 1]);
-        }
-}
-
 struct group {
     struct stencil *s;
     int first, step; /* tiles first, first + step, ... */
@@ -175,7 +148,7 @@ static void *run_group(void *arg)
     par_req_t *req = malloc((size_t)nt * 8 * sizeof *req + 1);
     if (!req)
         par_die("stencil: out of memory");
-    for (int it = 0; it < s->c.iters; it++) {
+    for (int it = 0; it < s->c.sc.iters; it++) {
         int nr = 0;
         for (int k = g->first; k < s->ntiles; k += g->step) {
             struct tile *t = &s->tiles[k];
@@ -204,40 +177,20 @@ static void *run_group(void *arg)
     return NULL;
 }
 
-/* Serial run of the whole grid; returns the largest difference from this
- * rank's tiles. */
+/* The largest difference of this rank's tiles from the serial run. */
 static double check(const struct stencil *s)
 {
-    int nx = s->c.nx, ny = s->c.ny;
-    size_t stride = (size_t)nx + 2, cells = stride * ((size_t)ny + 2);
-    double *a = malloc(cells * sizeof *a), *b = malloc(cells * sizeof *b);
-    if (!a || !b)
-        par_die("stencil: out of memory for the serial check (%zu cells)", cells);
-    for (int y = -1; y <= ny; y++)
-        for (int x = -1; x <= nx; x++) {
-            size_t c = (size_t)(y + 1) * stride + (size_t)(x + 1);
-            int in = x >= 0 && x < nx && y >= 0 && y < ny;
-            a[c] = b[c] = in ? initial(x, y) : boundary(x, y, nx, ny);
-        }
-    for (int it = 0; it < s->c.iters; it++) {
-        sweep(b, a, nx, ny, stride);
-        double *x = a;
-        a = b;
-        b = x;
-    }
+    double *a = stencil_serial(&s->c.sc);
+    size_t stride = (size_t)s->c.sc.nx + 2;
     double maxdiff = 0;
     for (int k = 0; k < s->ntiles; k++) {
         const struct tile *t = &s->tiles[k];
         for (int j = 0; j < t->n; j++)
-            for (int i = 0; i < t->n; i++) {
-                double ref = a[(size_t)(t->y0 + j + 1) * stride + (size_t)(t->x0 + i + 1)];
-                double d = fabs(ref - t->cur[AT(t, i, j)]);
-                if (!(d <= maxdiff)) /* also catches NaN */
-                    maxdiff = isnan(d) ? INFINITY : d;
-            }
+            for (int i = 0; i < t->n; i++)
+                maxdiff = stencil_diff(maxdiff, a[(size_t)(t->y0 + j + 1) * stride + (size_t)(t->x0 + i + 1)],
+                                       t->cur[AT(t, i, j)]);
     }
     free(a);
-    free(b);
     return maxdiff;
 }
 
@@ -245,16 +198,14 @@ static const char usage[] =
     "Usage: stencil [options]   (start with mpiv_run -n N, or mpiexec for stencil_mpi)\n"
     "2D 5-point Jacobi: tiles exchange halos with isend/irecv, one ULT per tile.\n"
     "Checked against a serial run; reports cell updates per second.\n"
-    "  --n N              grid of N x N cells (default 2048)\n"
-    "  --nx X, --ny Y     grid of X x Y cells\n"
+    "stencil_mpi is its twin: the same program with pthreads instead of ULTs over\n"
+    "MPI_THREAD_MULTIPLE, not the way an MPI programmer would write a stencil\n"
+    "(that is stencil_expert).\n"
+    STENCIL_COMMON_USAGE
     "  --tile T           tile side in cells (default 128); must divide X and Y\n"
-    "  --iters I          iterations (default 100)\n"
     "  --tiles-per-task K MPIv: tiles per ULT (default 1)\n"
-    "  --threads T        MPI version: pthreads per rank, tiles shared among them\n"
+    "  --threads T        stencil_mpi: pthreads per rank, tiles shared among them\n"
     "                     (default cores/ranks); ignored by MPIv\n"
-    "  --corrupt          change one cell after the run (tests the check: the run\n"
-    "                     must then fail)\n"
-    "  --help             this text\n"
     "Exit status: 0 correct, 1 wrong answer or runtime failure, 2 bad arguments.\n";
 
 static void parse_args(int argc, char **argv, struct config *c)
@@ -265,30 +216,22 @@ static void parse_args(int argc, char **argv, struct config *c)
     for (; o.i < argc && !o.err[0]; o.i++) {
         if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
             help = 1;
-        else if (opts_match(&o, "--n", 1))
-            c->nx = c->ny = (int)opts_i64(&o, "--n", 1, 1 << 16);
-        else if (opts_match(&o, "--nx", 1))
-            c->nx = (int)opts_i64(&o, "--nx", 1, 1 << 16);
-        else if (opts_match(&o, "--ny", 1))
-            c->ny = (int)opts_i64(&o, "--ny", 1, 1 << 16);
+        else if (stencil_common_opt(&o, &c->sc))
+            ;
         else if (opts_match(&o, "--tile", 1))
             c->tile = (int)opts_i64(&o, "--tile", 1, 1 << 16);
-        else if (opts_match(&o, "--iters", 1))
-            c->iters = (int)opts_i64(&o, "--iters", 0, 1 << 24);
         else if (opts_match(&o, "--tiles-per-task", 1))
             c->tpt = (int)opts_i64(&o, "--tiles-per-task", 1, 1 << 24);
-        else if (opts_match(&o, "--corrupt", 0))
-            c->corrupt = 1;
         else if (opts_match(&o, "--threads", 1))
             c->threads = (int)opts_i64(&o, "--threads", 1, 4096);
         else if (!o.err[0])
             opts_fail(&o, "unknown argument '%s'", argv[o.i]);
     }
     if (!o.err[0] && !help) {
-        if (c->nx % c->tile || c->ny % c->tile)
-            opts_fail(&o, "--tile %d must divide the grid (%d x %d)", c->tile, c->nx, c->ny);
-        else if (c->ny / c->tile < par_size())
-            opts_fail(&o, "%d rows of tiles cannot be shared by %d ranks: use a smaller --tile", c->ny / c->tile,
+        if (c->sc.nx % c->tile || c->sc.ny % c->tile)
+            opts_fail(&o, "--tile %d must divide the grid (%d x %d)", c->tile, c->sc.nx, c->sc.ny);
+        else if (c->sc.ny / c->tile < par_size())
+            opts_fail(&o, "%d rows of tiles cannot be shared by %d ranks: use a smaller --tile", c->sc.ny / c->tile,
                       par_size());
     }
     opts_finish(&o, help, "stencil", usage);
@@ -299,8 +242,8 @@ static void parse_args(int argc, char **argv, struct config *c)
 static int stencil_main(void *arg)
 {
     struct stencil s = {.c = *(struct config *)arg, .me = par_rank(), .P = par_size()};
-    s.TX = s.c.nx / s.c.tile;
-    s.TY = s.c.ny / s.c.tile;
+    s.TX = s.c.sc.nx / s.c.tile;
+    s.TY = s.c.sc.ny / s.c.tile;
     int rows = 0;
     for (int ty = 0; ty < s.TY; ty++)
         rows += rank_of_row(&s, ty) == s.me;
@@ -332,24 +275,15 @@ static int stencil_main(void *arg)
     par_barrier();
     double t = par_wtime() - t0;
 
-    if (s.c.corrupt && s.me == s.P - 1 && s.ntiles > 0)
+    if (s.c.sc.corrupt && s.me == s.P - 1 && s.ntiles > 0)
         s.tiles[s.ntiles - 1].cur[AT(&s.tiles[s.ntiles - 1], 0, 0)] += 1e-9;
-    double diff = check(&s), maxdiff;
-    par_allreduce_f64(&diff, &maxdiff, 1, PAR_MAX);
-    int ok = maxdiff <= 1e-12;
-    if (s.me == 0) {
-        double updates = (double)s.c.nx * s.c.ny * s.c.iters;
-        printf("stencil (%s): %d x %d cells, %d x %d tiles of %d, %d iterations; %d ranks x %d %s, %d tasks on rank 0\n",
-               par_name(), s.c.nx, s.c.ny, s.TX, s.TY, s.c.tile, s.c.iters, s.P, par_threads(),
-               strcmp(par_name(), "mpiv") == 0 ? "workers" : "threads", ngroups);
-        printf("time: %.4f s\n", t);
-        printf("cell_updates_per_s: %.6g\n", t > 0 ? updates / t : 0.0);
-        printf("max difference from the serial run: %g\n", maxdiff);
-        printf("result: %s\n", ok ? "PASSED" : "FAILED");
-        /* before any rank can exit: a failing rank's exit ends the job, and
-         * a buffered verdict would die with it */
-        fflush(stdout);
-    }
+    char setup[256];
+    snprintf(setup, sizeof setup,
+             "stencil (%s): %d x %d cells, %d x %d tiles of %d, %d iterations; %d ranks x %d %s, %d tasks on rank 0",
+             strcmp(par_name(), "mpiv") == 0 ? "mpiv" : "mpi + pthreads twin", s.c.sc.nx, s.c.sc.ny, s.TX, s.TY,
+             s.c.tile, s.c.sc.iters, s.P, par_threads(), strcmp(par_name(), "mpiv") == 0 ? "workers" : "threads",
+             ngroups);
+    int ok = stencil_report(&s.c.sc, setup, t, check(&s));
     for (int i = 0; i < s.ntiles; i++)
         tile_free(&s.tiles[i]);
     free(s.tiles);
@@ -361,7 +295,7 @@ static int stencil_main(void *arg)
 int main(int argc, char **argv)
 {
     par_init(&argc, &argv);
-    struct config c = {2048, 2048, 128, 100, 1, 0, 0};
+    struct config c = {STENCIL_CONFIG_DEFAULT, 128, 1, 0};
     parse_args(argc, argv, &c);
     int rc = par_run(stencil_main, &c);
     par_finalize();
