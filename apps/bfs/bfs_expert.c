@@ -79,7 +79,7 @@ static void grow_segments(struct xbfs *x, int64_t need, const int64_t *cnt)
     while (seg < need)
         seg *= 2;
     uint64_t *nb = xbfs_alloc((size_t)seg * (size_t)x->P, sizeof *nb);
-    for (int p = 0; p < x->P; p++)
+    for (int p = 0; p < x->P && x->sbuf; p++)
         memcpy(nb + (size_t)p * (size_t)seg, x->sbuf + (size_t)p * (size_t)x->seg, (size_t)cnt[p] * sizeof *nb);
     free(x->sbuf);
     x->sbuf = nb;
