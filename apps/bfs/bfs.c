@@ -199,28 +199,27 @@ static const char usage[] =
     "  --threads T      bfs_mpi: pthreads per rank (default cores/ranks); ignored by MPIv\n"
     "Exit status: 0 valid, 1 validation or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (bfs_common_opt(o, &c->bc))
+        return 1;
+    if (opts_match(o, "--chunk", 1))
+        c->chunk = (int)opts_i64(o, "--chunk", 1, 1 << 24);
+    else if (opts_match(o, "--recv", 1))
+        c->recv = (int)opts_i64(o, "--recv", 1, 1024);
+    else if (opts_match(o, "--buf", 1))
+        c->bufcap = (int)opts_i64(o, "--buf", 1, 1 << 20);
+    else if (opts_match(o, "--threads", 1))
+        c->threads = (int)opts_i64(o, "--threads", 1, 4096);
+    else
+        return 0;
+    return 1;
+}
+
 static void parse_args(int argc, char **argv, struct config *c)
 {
-    struct opts o;
-    int help = 0;
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (bfs_common_opt(&o, &c->bc))
-            ;
-        else if (opts_match(&o, "--chunk", 1))
-            c->chunk = (int)opts_i64(&o, "--chunk", 1, 1 << 24);
-        else if (opts_match(&o, "--recv", 1))
-            c->recv = (int)opts_i64(&o, "--recv", 1, 1024);
-        else if (opts_match(&o, "--buf", 1))
-            c->bufcap = (int)opts_i64(&o, "--buf", 1, 1 << 20);
-        else if (opts_match(&o, "--threads", 1))
-            c->threads = (int)opts_i64(&o, "--threads", 1, 4096);
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    opts_finish(&o, help, "bfs", usage);
+    opts_parse(argc, argv, "bfs", usage, match_opt, NULL, c);
     if (c->threads)
         par_set_threads(c->threads);
     if (c->recv == 0)

@@ -327,26 +327,25 @@ static const char usage[] =
     "  --top-down-only  never go bottom-up\n"
     "Exit status: 0 valid, 1 validation or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (bfs_common_opt(o, &c->bc))
+        return 1;
+    if (opts_match(o, "--alpha", 1))
+        c->alpha = opts_f64(o, "--alpha", 1e-6, 1e12);
+    else if (opts_match(o, "--beta", 1))
+        c->beta = opts_f64(o, "--beta", 1e-6, 1e12);
+    else if (opts_match(o, "--top-down-only", 0))
+        c->top_down_only = 1;
+    else
+        return 0;
+    return 1;
+}
+
 static void parse_args(int argc, char **argv, struct config *c)
 {
-    struct opts o;
-    int help = 0;
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (bfs_common_opt(&o, &c->bc))
-            ;
-        else if (opts_match(&o, "--alpha", 1))
-            c->alpha = opts_f64(&o, "--alpha", 1e-6, 1e12);
-        else if (opts_match(&o, "--beta", 1))
-            c->beta = opts_f64(&o, "--beta", 1e-6, 1e12);
-        else if (opts_match(&o, "--top-down-only", 0))
-            c->top_down_only = 1;
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    opts_finish(&o, help, "bfs_expert", usage);
+    opts_parse(argc, argv, "bfs_expert", usage, match_opt, NULL, c);
 }
 
 int main(int argc, char **argv)

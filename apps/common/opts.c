@@ -93,3 +93,20 @@ void opts_finish(struct opts *o, int help, const char *prog, const char *usage)
     par_finalize();
     exit(o->err[0] ? 2 : 0);
 }
+
+void opts_parse(int argc, char **argv, const char *prog, const char *usage, int (*match)(struct opts *o, void *ctx),
+                void (*check)(struct opts *o, void *ctx), void *ctx)
+{
+    struct opts o;
+    int help = 0;
+    opts_start(&o, argc, argv);
+    for (; o.i < argc && !o.err[0]; o.i++) {
+        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
+            help = 1;
+        else if (!match(&o, ctx) && !o.err[0])
+            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
+    }
+    if (!o.err[0] && !help && check)
+        check(&o, ctx);
+    opts_finish(&o, help, prog, usage);
+}

@@ -33,4 +33,12 @@ void opts_fail(struct opts *o, const char *fmt, ...) __attribute__((format(print
  * runtime and exits (0 for help, 2 for an error). Returns if neither. */
 void opts_finish(struct opts *o, int help, const char *prog, const char *usage);
 
+/* The whole parse: --help and -h, then every other argument through
+ * match(o, ctx), which returns 1 if it took it (an argument nobody takes is
+ * an error); then, if there is neither an error nor --help, check(o, ctx)
+ * (may be NULL) to record what is wrong with the options as a whole; then
+ * opts_finish(). Returns only if the program is to run. */
+void opts_parse(int argc, char **argv, const char *prog, const char *usage, int (*match)(struct opts *o, void *ctx),
+                void (*check)(struct opts *o, void *ctx), void *ctx);
+
 #endif /* APPS_OPTS_H */

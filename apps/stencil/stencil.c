@@ -208,33 +208,35 @@ static const char usage[] =
     "                     (default cores/ranks); ignored by MPIv\n"
     "Exit status: 0 correct, 1 wrong answer or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (stencil_common_opt(o, &c->sc))
+        return 1;
+    if (opts_match(o, "--tile", 1))
+        c->tile = (int)opts_i64(o, "--tile", 1, 1 << 16);
+    else if (opts_match(o, "--tiles-per-task", 1))
+        c->tpt = (int)opts_i64(o, "--tiles-per-task", 1, 1 << 24);
+    else if (opts_match(o, "--threads", 1))
+        c->threads = (int)opts_i64(o, "--threads", 1, 4096);
+    else
+        return 0;
+    return 1;
+}
+
+static void check_opts(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (c->sc.nx % c->tile || c->sc.ny % c->tile)
+        opts_fail(o, "--tile %d must divide the grid (%d x %d)", c->tile, c->sc.nx, c->sc.ny);
+    else if (c->sc.ny / c->tile < par_size())
+        opts_fail(o, "%d rows of tiles cannot be shared by %d ranks: use a smaller --tile", c->sc.ny / c->tile,
+                  par_size());
+}
+
 static void parse_args(int argc, char **argv, struct config *c)
 {
-    struct opts o;
-    int help = 0;
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (stencil_common_opt(&o, &c->sc))
-            ;
-        else if (opts_match(&o, "--tile", 1))
-            c->tile = (int)opts_i64(&o, "--tile", 1, 1 << 16);
-        else if (opts_match(&o, "--tiles-per-task", 1))
-            c->tpt = (int)opts_i64(&o, "--tiles-per-task", 1, 1 << 24);
-        else if (opts_match(&o, "--threads", 1))
-            c->threads = (int)opts_i64(&o, "--threads", 1, 4096);
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    if (!o.err[0] && !help) {
-        if (c->sc.nx % c->tile || c->sc.ny % c->tile)
-            opts_fail(&o, "--tile %d must divide the grid (%d x %d)", c->tile, c->sc.nx, c->sc.ny);
-        else if (c->sc.ny / c->tile < par_size())
-            opts_fail(&o, "%d rows of tiles cannot be shared by %d ranks: use a smaller --tile", c->sc.ny / c->tile,
-                      par_size());
-    }
-    opts_finish(&o, help, "stencil", usage);
+    opts_parse(argc, argv, "stencil", usage, match_opt, check_opts, c);
     if (c->threads)
         par_set_threads(c->threads);
 }

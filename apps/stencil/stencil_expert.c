@@ -41,6 +41,15 @@ static const char usage[] =
     STENCIL_COMMON_USAGE
     "Exit status: 0 correct, 1 wrong answer or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx) { return stencil_common_opt(o, ctx); }
+
+static void check_opts(struct opts *o, void *ctx)
+{
+    const struct stencil_config *c = ctx;
+    if (c->ny < par_size())
+        opts_fail(o, "%d rows cannot be shared by %d ranks", c->ny, par_size());
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -51,20 +60,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &P);
 
     struct stencil_config c = STENCIL_CONFIG_DEFAULT;
-    struct opts o;
-    int help = 0;
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (stencil_common_opt(&o, &c))
-            ;
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    if (!o.err[0] && !help && c.ny < P)
-        opts_fail(&o, "%d rows cannot be shared by %d ranks", c.ny, P);
-    opts_finish(&o, help, "stencil_expert", usage);
+    opts_parse(argc, argv, "stencil_expert", usage, match_opt, check_opts, &c);
 
     int nx = c.nx, ny = c.ny;
     int y0 = (int)((int64_t)ny * me / P), h = (int)((int64_t)ny * (me + 1) / P) - y0;

@@ -485,30 +485,33 @@ static const char usage[] =
     "  --help           this text\n"
     "Exit status: 0 correct counts, 1 a wrong count or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (uts_tree_opt(o, &c->uc))
+        return 1;
+    if (opts_match(o, "--cutoff", 1))
+        c->cutoff = (int)opts_i64(o, "--cutoff", 0, 64);
+    else if (opts_match(o, "--chunk", 1))
+        c->chunk = (int)opts_i64(o, "--chunk", 1, 256);
+    else if (opts_match(o, "--searchers", 1))
+        c->searchers = (int)opts_i64(o, "--searchers", 1, 1 << 16);
+    else if (opts_match(o, "--threads", 1))
+        c->threads = (int)opts_i64(o, "--threads", 1, 4096);
+    else
+        return 0;
+    return 1;
+}
+
+static void uts_check(struct opts *o, void *ctx)
+{
+    uts_tree_settle(o, &((struct config *)ctx)->uc);
+}
+
 static void parse_args(int argc, char **argv, struct config *c)
 {
-    struct opts o;
-    int help = 0;
     uts_config_start(&c->uc);
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (uts_tree_opt(&o, &c->uc))
-            ;
-        else if (opts_match(&o, "--cutoff", 1))
-            c->cutoff = (int)opts_i64(&o, "--cutoff", 0, 64);
-        else if (opts_match(&o, "--chunk", 1))
-            c->chunk = (int)opts_i64(&o, "--chunk", 1, 256);
-        else if (opts_match(&o, "--searchers", 1))
-            c->searchers = (int)opts_i64(&o, "--searchers", 1, 1 << 16);
-        else if (opts_match(&o, "--threads", 1))
-            c->threads = (int)opts_i64(&o, "--threads", 1, 4096);
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    uts_tree_settle(&o, &c->uc);
-    opts_finish(&o, help, "uts", usage);
+    opts_parse(argc, argv, "uts", usage, match_opt, uts_check, c);
     if (c->threads)
         par_set_threads(c->threads);
     if (c->cutoff < 0)

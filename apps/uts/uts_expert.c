@@ -241,26 +241,29 @@ static const char usage[] =
     "  --help           this text\n"
     "Exit status: 0 correct counts, 1 a wrong count or runtime failure, 2 bad arguments.\n";
 
+static int match_opt(struct opts *o, void *ctx)
+{
+    struct config *c = ctx;
+    if (uts_tree_opt(o, &c->uc))
+        return 1;
+    if (opts_match(o, "--chunk", 1))
+        c->chunk = (int)opts_i64(o, "--chunk", 1, 1 << 16);
+    else if (opts_match(o, "--poll", 1))
+        c->poll = (int)opts_i64(o, "--poll", 1, 1 << 24);
+    else
+        return 0;
+    return 1;
+}
+
+static void uts_check(struct opts *o, void *ctx)
+{
+    uts_tree_settle(o, &((struct config *)ctx)->uc);
+}
+
 static void parse_args(int argc, char **argv, struct config *c)
 {
-    struct opts o;
-    int help = 0;
     uts_config_start(&c->uc);
-    opts_start(&o, argc, argv);
-    for (; o.i < argc && !o.err[0]; o.i++) {
-        if (opts_match(&o, "--help", 0) || opts_match(&o, "-h", 0))
-            help = 1;
-        else if (uts_tree_opt(&o, &c->uc))
-            ;
-        else if (opts_match(&o, "--chunk", 1))
-            c->chunk = (int)opts_i64(&o, "--chunk", 1, 1 << 16);
-        else if (opts_match(&o, "--poll", 1))
-            c->poll = (int)opts_i64(&o, "--poll", 1, 1 << 24);
-        else if (!o.err[0])
-            opts_fail(&o, "unknown argument '%s'", argv[o.i]);
-    }
-    uts_tree_settle(&o, &c->uc);
-    opts_finish(&o, help, "uts_expert", usage);
+    opts_parse(argc, argv, "uts_expert", usage, match_opt, uts_check, c);
 }
 
 int main(int argc, char **argv)
