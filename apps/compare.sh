@@ -17,6 +17,8 @@
 #                   pthreads instead of ULTs (MPI_THREAD_MULTIPLE), not how an
 #                   MPI programmer would write it
 #   twin-openmpi    <app>_mpi_openmpi on Open MPI
+#   expert-mpiface  <app>_expert_mpiface: the expert program, unmodified, on
+#                   MPIv's MPI face (mpiv_run); not an MPI baseline
 # Options:
 #   -v LIST      comma-separated versions (e.g. -v mpiv,expert-mpich)
 #   -r ROUNDS    rounds (default 3); each round runs every version once, in
@@ -34,7 +36,8 @@
 #   -T SECONDS   time limit of each run (default 600)
 #   -b DIR       build directory (default: build, next to apps/)
 #   -h           this text
-# The ratio is version / best MPI (the best median of the MPI versions):
+# The ratio is version / best MPI (the best median of the versions on MPICH
+# and Open MPI):
 # above 1, faster than the best MPI run. Each line of a round shows the
 # value that version printed; a run that fails or does not validate stops
 # the script. Exit status: 0 if every run validated, 1 otherwise, 2 on bad
@@ -47,7 +50,7 @@ die_usage() { echo "compare.sh: $*" >&2; echo "Try 'apps/compare.sh -h'." >&2; e
 here=$(cd "$(dirname "$0")" && pwd)
 build="$(dirname "$here")/build"
 ranks=2 rounds=3 pin=core threads="" limit=600
-versions="mpiv,expert-mpich,expert-openmpi,twin-mpich,twin-openmpi"
+versions="mpiv,expert-mpich,expert-openmpi,twin-mpich,twin-openmpi,expert-mpiface"
 explicit=0
 margs="" eargs=""
 while getopts "v:r:n:p:m:e:t:T:b:h" opt; do
@@ -85,8 +88,8 @@ fi
 IFS=, read -r -a vlist <<<"$versions"
 [ ${#vlist[@]} -ge 1 ] || die_usage "-v: no version given"
 for v in "${vlist[@]}"; do
-    case "$v" in mpiv | expert-mpich | expert-openmpi | twin-mpich | twin-openmpi) ;;
-    *) die_usage "-v: unknown version '$v' (mpiv, expert-mpich, expert-openmpi, twin-mpich, twin-openmpi)" ;;
+    case "$v" in mpiv | expert-mpich | expert-openmpi | twin-mpich | twin-openmpi | expert-mpiface) ;;
+    *) die_usage "-v: unknown version '$v' (mpiv, expert-mpich, expert-openmpi, twin-mpich, twin-openmpi, expert-mpiface)" ;;
     esac
 done
 
@@ -113,13 +116,13 @@ command_of() {
     expert-openmpi) bin="$dir/${app}_expert_openmpi" ;;
     twin-mpich) bin="$dir/${app}_mpi" ;;
     twin-openmpi) bin="$dir/${app}_mpi_openmpi" ;;
+    expert-mpiface) bin="$build/apps/${app}_expert_mpiface" ;;
     esac
     [ -x "$bin" ] || { why="$bin not built (that MPI missing at configure time?)"; return; }
     case "$ver" in
-    mpiv)
+    mpiv | expert-mpiface)
         [ -x "$build/tools/mpiv_run" ] || { why="$build/tools/mpiv_run not built"; return; }
-        launcher=(env MPIV_BIND="$pin" "$build/tools/mpiv_run" -n "$ranks")
-        extra=$margs ;;
+        launcher=(env MPIV_BIND="$pin" "$build/tools/mpiv_run" -n "$ranks") ;;
     *-mpich)
         [ -n "$mpiexec" ] || { why="no mpiexec.mpich"; return; }
         local bind=none
@@ -138,6 +141,7 @@ command_of() {
     esac
     case "$ver" in
     expert-*) extra=$eargs ;;
+    mpiv) extra=$margs ;;
     twin-*) extra="$margs --threads $threads" ;;
     esac
     # shellcheck disable=SC2206 # the extra arguments are split on purpose
@@ -163,6 +167,9 @@ for v in "${run_list[@]}"; do
     echo "  $v: ${cmd[*]:2}"
 done
 
+# The MPI versions the ratios are taken against: MPICH's and Open MPI's.
+is_baseline() { case "$1" in *-mpich | *-openmpi) return 0 ;; *) return 1 ;; esac; }
+
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 declare -A values
@@ -185,9 +192,9 @@ for ((r = 1; r <= rounds; r++)); do
         [ -n "$value" ] || { cat "$out"; echo "compare.sh: round $r, $v printed no $metric" >&2; exit 1; }
         printf 'round %d  %-15s %s %s  (%s)\n' "$r" "$v" "$metric" "$value" "$(grep -m1 '^time' "$out")"
         values[$v]="${values[$v]:-} $value"
-        if [ "$v" != mpiv ]; then
+        if is_baseline "$v"; then
             best=$(awk -v a="${best:-0}" -v b="$value" 'BEGIN { print (b > a ? b : a) }')
-        else
+        elif [ "$v" = mpiv ]; then
             round_mpiv[r]=$value
         fi
     done
@@ -199,7 +206,7 @@ echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%H:%M:%S UT
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 best_mpi="" best_v=""
 for v in "${run_list[@]}"; do
-    [ "$v" != mpiv ] || continue
+    is_baseline "$v" || continue
     m=$(echo "${values[$v]}" | median)
     if [ -z "$best_mpi" ] || awk -v a="$m" -v b="$best_mpi" 'BEGIN { exit !(a > b) }'; then
         best_mpi=$m best_v=$v
