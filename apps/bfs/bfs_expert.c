@@ -288,6 +288,8 @@ static void *xbfs_setup(const struct graph *g, void *arg)
     int64_t zero[x->P];
     memset(zero, 0, sizeof zero);
     grow_segments(x, 1024, zero);
+    x->rcap = 1024;
+    x->rbuf = xbfs_alloc((size_t)x->rcap, sizeof *x->rbuf);
     return x;
 }
 
