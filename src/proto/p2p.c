@@ -972,11 +972,6 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
         hd.tag = (uint32_t)tag;
         hd.size = size;
         int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
-        /* No room now, or something queued ahead: a copy joins the queue
-         * rather than wait for a packet, so a flood of small sends does
-         * not block (and a ULT that sends one message ends at once). */
-        if (rc == SRV_INLINE_LATER && size <= proto.eager_limit)
-            rc = srv_send_copy(dest, &hd, sizeof hd, buf, size);
         if (rc == MPIV_SUCCESS) {
             finish_unseen(r);
             return MPIV_SUCCESS;

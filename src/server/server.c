@@ -108,8 +108,6 @@ static struct srv_state {
     /* Sends and writes posted and not completed yet: finalize waits for
      * them. Relaxed: only a count, nothing is published through it. */
     atomic_long outstanding;
-    atomic_long copies_queued; /* bytes of srv_send_copy's blocks queued  */
-    _Atomic uint64_t copies_made; /* srv_send_copy's blocks, ever         */
     atomic_uchar *peer_dead;
 
     /* Fault injection (tests only): the hook, and what it held back. */
@@ -245,7 +243,6 @@ void srv_get_stats(struct srv_stats *st)
     *st = srv_g.stats;
     util_spin_unlock(&srv_g.progress_lock);
     st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
-    st->copies = atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed);
 }
 
 const char *srv_backend_name(void)
@@ -296,28 +293,6 @@ uint64_t srv_peer_arrivals(int peer)
 
 /* --- the send queue ------------------------------------------------------ */
 
-/* A packet-shaped heap block of srv_send_copy's, never one of the pool's
- * (whose indices are below its size). */
-#define SRV_COPY_IDX (UINT32_MAX - 1)
-/* At most this many bytes of srv_send_copy's blocks wait in the queue:
- * about two million tiny messages; past it, senders take pool packets
- * (and wait for them). */
-#define SRV_COPY_QUEUE_MAX (256l << 20)
-
-static size_t copy_bytes(size_t len) { return (sizeof(pkt_t) + len + 63) & ~(size_t)63; }
-
-/* A packet the server is done with: back to the pool, or freed. */
-static void pkt_done(pkt_t *p)
-{
-    if (p->idx == SRV_COPY_IDX) {
-        atomic_fetch_sub_explicit(&srv_g.copies_queued, (long)copy_bytes(p->len),
-                                  memory_order_relaxed);
-        free(p);
-    } else {
-        pkt_put_server(srv_g.pool, p);
-    }
-}
-
 static uintptr_t *q_link(uintptr_t item)
 {
     if (item & QTAG_OP)
@@ -361,7 +336,7 @@ static int post_settle(uintptr_t item, int rc)
 {
     if (rc == SRV_DONE) {
         atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
-        pkt_done((pkt_t *)item);
+        pkt_put_server(srv_g.pool, (pkt_t *)item);
         rc = MPIV_SUCCESS;
     }
     return rc;
@@ -376,7 +351,7 @@ static void fail_item(uintptr_t item, int err)
             op->done(op->ctx, err);
         free(op);
     } else {
-        pkt_done((pkt_t *)item);
+        pkt_put_server(srv_g.pool, (pkt_t *)item);
     }
 }
 
@@ -466,45 +441,6 @@ int srv_send(pkt_t *p, int peer)
     }
     if (rc != MPIV_SUCCESS)
         pkt_put_server(srv_g.pool, p); /* the caller gave it to us (server.h) */
-    return rc;
-}
-
-int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, size_t len)
-{
-    int rc = check_peer(peer);
-    if (rc)
-        return rc;
-    struct srv_net *n = srv_g.peer_net[peer];
-    size_t total = hlen + len;
-    /* relaxed: a hint, as in srv_send_inline */
-    if (!n->ops->send_inline || total > pkt_data_size(srv_g.pool) ||
-        util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
-        return SRV_INLINE_LATER;
-    long bytes = (long)copy_bytes(total);
-    /* reserve first, as the count is shared: relaxed, it only bounds memory */
-    if (atomic_fetch_add_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed) + bytes >
-        SRV_COPY_QUEUE_MAX) {
-        atomic_fetch_sub_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
-        return SRV_INLINE_LATER;
-    }
-    pkt_t *p = aligned_alloc(64, (size_t)bytes);
-    if (!p) {
-        atomic_fetch_sub_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
-        return SRV_INLINE_LATER;
-    }
-    /* relaxed: a statistic */
-    atomic_fetch_add_explicit(&srv_g.copies_made, 1, memory_order_relaxed);
-    p->next = NULL;
-    p->idx = SRV_COPY_IDX;
-    p->owner = -1;
-    p->len = (uint32_t)total;
-    p->peer = peer;
-    memcpy(p->data, hdr, hlen);
-    if (len)
-        memcpy(p->data + hlen, payload, len);
-    rc = submit((uintptr_t)p);
-    if (rc != MPIV_SUCCESS)
-        pkt_done(p);
     return rc;
 }
 
@@ -1233,14 +1169,8 @@ static void srv_teardown(bool graceful)
     srv_mr_cache_fini();
     close_nets();
     /* Packets still in the queue (only after a failure) belong to the
-     * pool, which the caller destroys next; copies are freed. */
-    for (uintptr_t item = srv_g.q_head, next; item; item = next) {
-        next = *q_link(item);
-        if (!(item & QTAG_OP) && ((pkt_t *)item)->idx == SRV_COPY_IDX)
-            free((pkt_t *)item);
-    }
+     * pool, which the caller destroys next. */
     srv_g.q_head = srv_g.q_tail = 0;
-    atomic_store(&srv_g.copies_queued, 0);
     atomic_store(&srv_g.q_len, 0);
     atomic_store(&srv_g.outstanding, 0);
     free(srv_g.peer_dead);

@@ -93,14 +93,6 @@ int srv_send(pkt_t *p, int peer);
  * While a fault hook is set it always says SRV_INLINE_LATER, so that the
  * hook sees every send. Any thread. */
 int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
-/* When srv_send_inline said SRV_INLINE_LATER: queues a copy of hdr and
- * payload behind what the send queue holds, in a heap block instead of a
- * packet, so that the caller neither waits for a packet nor blocks on a
- * full ring: MPIV_SUCCESS (both buffers are free), SRV_INLINE_LATER (not
- * on this transport (ofi, ibv: they send from registered packets), more
- * than a packet holds, a fault hook set, or SRV_COPY_QUEUE_MAX bytes of
- * copies already queued: use srv_send), or an error. Any thread. */
-int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
 /* The largest hlen + len srv_send_inline may send to peer: 0 when the
  * transport to it has no such path (ofi, ibv). May exceed a packet. */
 size_t srv_inline_max(int peer);

@@ -165,7 +165,6 @@ struct srv_stats {
     uint64_t recvs, sends_done, writes_done, imms;
     uint64_t queued_posted; /* operations that waited in the send queue */
     uint64_t sleeps;        /* times the idle server slept              */
-    uint64_t copies;        /* sends queued as copies (srv_send_copy)   */
 };
 void srv_get_stats(struct srv_stats *st);
 /* "ofi", "ibv", "shm", "shm+ofi" or "shm+ibv" (a mixed job: shm within
