@@ -1166,7 +1166,8 @@ static int alltoall_alg(struct mpiv_comm *c, const char *sbuf, const size_t *sof
     uint32_t tag = coll_tag(next_call(c), 0);
     int P = c->size, me = c->rank;
     size_t n = slen[me] < rlen[me] ? slen[me] : rlen[me];
-    memcpy(rbuf + roff[me], sbuf + soff[me], n);
+    if (n) /* an empty block may come with a NULL buffer (legal in MPI) */
+        memcpy(rbuf + roff[me], sbuf + soff[me], n);
     int rc = MPIV_SUCCESS;
     if (small) {
         struct c_set s;
