@@ -117,7 +117,10 @@ job ofi "$P2P" >"$OUT" 2>&1 || fail "protocol suite with MPIV_NET=ofi exited $?"
 check_paths ofi ofi || fail "MPIV_NET=ofi: a pair did not take ofi"
 echo "ok: MPIV_NET=ofi carries every pair"
 
-# 3. kill -9 of rank 2 (on host B) mid-job
+# 3. kill -9 of rank 2 (on host B) mid-job. $OUT is emptied first: the
+# background job truncates it only once it starts, and the wait below
+# would otherwise count step 2's lines and check after the truncation.
+: >"$OUT"
 job auto "$P2P" >"$OUT" 2>&1 &
 JOB=$!
 i=0
