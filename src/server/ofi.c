@@ -54,7 +54,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
@@ -276,9 +275,7 @@ static int ofi_name_shm_region(struct srv_backend *be)
 {
     if (strcmp(be->info->fabric_attr->prov_name, "shm") != 0)
         return 0;
-    uint64_t nonce = 0;
-    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
-        nonce = util_now_ns() ^ ((uint64_t)getpid() << 32);
+    uint64_t nonce = util_random_u64();
     char name[64];
     snprintf(name, sizeof name, "mpiv-%d-%016" PRIx64, (int)getpid(), nonce);
     return fi_setname(&be->ep->fid, name, strlen(name) + 1);

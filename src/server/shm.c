@@ -103,7 +103,6 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -396,9 +395,7 @@ static int create_segment(struct srv_backend *be, uint64_t key)
     h->ring_size = be->ring_size;
     h->inline_max = be->inline_max;
     /* R5 */
-    if (getrandom(&be->key, sizeof be->key, 0) != (ssize_t)sizeof be->key)
-        be->key = util_now_ns() ^ ((uint64_t)getpid() << 32);
-    be->key |= UINT64_C(1) << 63;
+    be->key = util_random_u64() | UINT64_C(1) << 63;
     h->key = be->key;
     return MPIV_SUCCESS;
 }
@@ -466,8 +463,8 @@ static int shm_exchange(struct srv_backend *be)
     int rc = boot_job_key(&mine.key);
     if (rc)
         return rc;
-    if (!mine.key && getrandom(&mine.key, sizeof mine.key, 0) != (ssize_t)sizeof mine.key)
-        mine.key = util_now_ns() ^ ((uint64_t)getpid() << 32);
+    if (!mine.key)
+        mine.key = util_random_u64();
     all = calloc((size_t)be->size, sizeof *all);
     if (!all)
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
@@ -538,10 +535,9 @@ struct rec_spot {
 static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
                                  struct rec_spot *at)
 {
-    struct shm_ring **g = &at->g;
-    *g = ring_of(be, be->peer[peer], be->rank);
+    at->g = ring_of(be, be->peer[peer], be->rank);
     /* relaxed: only we write tail (R1) */
-    uint64_t t = atomic_load_explicit(&(*g)->tail, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&at->g->tail, memory_order_relaxed);
     size_t off = (size_t)(t & (be->ring_bytes - 1));
     size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
     bool wrap = need > to_end;
@@ -560,21 +556,21 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
     if (!wrap && off >= SHM_HOT && t >= be->hot_check[peer]) {
         be->hot_check[peer] = (t | (SHM_HOT - 1)) + 1;
         /* acquire: as below */
-        be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
+        be->seen_head[peer] = atomic_load_explicit(&at->g->head, memory_order_acquire);
         uint64_t lag = t - be->seen_head[peer];
         wrap = lag <= SHM_HOT / 2 && lag + need <= off;
     }
     size_t span = wrap ? to_end + need : need;
     if (t + span - be->seen_head[peer] > be->ring_bytes) {
         /* acquire: the receiver is done with the bytes we are about to reuse */
-        be->seen_head[peer] = atomic_load_explicit(&(*g)->head, memory_order_acquire);
+        be->seen_head[peer] = atomic_load_explicit(&at->g->head, memory_order_acquire);
         if (t + span - be->seen_head[peer] > be->ring_bytes)
             return NULL;
     }
     at->key = be->ring_key[peer];
     at->pos = t;
     if (wrap) {
-        struct shm_rec *skip = (struct shm_rec *)((*g)->bytes + off);
+        struct shm_rec *skip = (struct shm_rec *)(at->g->bytes + off);
         skip->kind = REC_SKIP;
         skip->len = 0;
         skip->lines = (uint32_t)(to_end / 64);
@@ -584,7 +580,7 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
         at->pos = t + to_end;
     }
     at->end = t + span;
-    return (struct shm_rec *)((*g)->bytes + off);
+    return (struct shm_rec *)(at->g->bytes + off);
 }
 
 /* Publishes a record of `lines` lines: its stamp's copy, its stamp, then

@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,3 +72,11 @@ uint64_t util_now_ns(void)
 }
 
 double mpiv_wtime(void) { return (double)util_now_ns() * 1e-9; }
+
+uint64_t util_random_u64(void)
+{
+    uint64_t v;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+        v = util_now_ns() ^ ((uint64_t)getpid() << 32);
+    return v;
+}

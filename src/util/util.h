@@ -128,6 +128,10 @@ int util_parse_size(const char *s, int64_t *out);
 /* --- time ---------------------------------------------------------------- */
 uint64_t util_now_ns(void);
 void util_sleep_ns(uint64_t ns);
+/* 64 random bits for names and keys that must differ between processes
+ * and runs (not for secrets): getrandom, or the clock and the pid where
+ * the kernel refuses it. */
+uint64_t util_random_u64(void);
 
 /* --- idle polling (idle.c) ------------------------------------------------
  * A thread that polls for work calls util_idle_step after each poll that
