@@ -577,21 +577,36 @@ static int rooted_v(const struct ctx *x, int root, bool in_place, const int coun
     return x->c->rank == root ? v_arrays(x, counts, displs, t, bc, bd) : MPI_SUCCESS;
 }
 
+/* What a rank contributes to a gatherv or allgatherv: under MPI_IN_PLACE
+ * a copy of its own block of recvbuf (bc and bd: the byte counts and
+ * displacements, which only a rank that receives has), else its send
+ * buffer, checked and packed. */
+static int v_own_block(const struct ctx *x, const void *sendbuf, int scount, MPI_Datatype stype,
+                       const void *recvbuf, const size_t *bc, const size_t *bd,
+                       struct packed *ps)
+{
+    int me = x->c->rank;
+    if (sendbuf == MPI_IN_PLACE)
+        return copy_of(x, (const char *)recvbuf + bd[me], bc[me], ps);
+    int err = check_buf(x, scount, stype);
+    if (!err)
+        err = v_contig(x, stype);
+    if (!err)
+        err = pack_in(x, sendbuf, (size_t)scount, stype, ps);
+    return err;
+}
+
 static int do_gatherv(const struct ctx *x, const void *sendbuf, int scount, MPI_Datatype stype,
                       void *recvbuf, const int rcounts[], const int displs[], MPI_Datatype rtype,
                       int root)
 {
-    int me = x->c->rank;
     bool in_place = sendbuf == MPI_IN_PLACE;
     size_t *bc = NULL, *bd = NULL;
     int err = rooted_v(x, root, in_place, rcounts, displs, rtype, &bc, &bd);
     if (err)
         return err;
     struct packed ps = {0};
-    if (in_place)
-        err = copy_of(x, (char *)recvbuf + bd[me], bc[me], &ps);
-    else if (!(err = check_buf(x, scount, stype)) && !(err = v_contig(x, stype)))
-        err = pack_in(x, sendbuf, (size_t)scount, stype, &ps);
+    err = v_own_block(x, sendbuf, scount, stype, recvbuf, bc, bd, &ps);
     if (!err) {
         int rc = mpiv_gatherv(ps.p, ps.bytes, recvbuf, bc, bd, MPIV_BYTE, root, x->coll);
         if (rc)
@@ -640,16 +655,12 @@ static int do_allgatherv(const struct ctx *x, const void *sendbuf, int scount,
                          MPI_Datatype stype, void *recvbuf, const int rcounts[],
                          const int displs[], MPI_Datatype rtype)
 {
-    int me = x->c->rank;
     size_t *bc = NULL, *bd = NULL;
     int err = v_arrays(x, rcounts, displs, rtype, &bc, &bd);
     if (err)
         return err;
     struct packed ps = {0};
-    if (sendbuf == MPI_IN_PLACE)
-        err = copy_of(x, (char *)recvbuf + bd[me], bc[me], &ps);
-    else if (!(err = check_buf(x, scount, stype)) && !(err = v_contig(x, stype)))
-        err = pack_in(x, sendbuf, (size_t)scount, stype, &ps);
+    err = v_own_block(x, sendbuf, scount, stype, recvbuf, bc, bd, &ps);
     if (!err) {
         int rc = mpiv_allgatherv(ps.p, ps.bytes, recvbuf, bc, bd, MPIV_BYTE, x->coll);
         if (rc)
