@@ -694,14 +694,24 @@ int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *statu
     }
 }
 
-int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[],
-                 MPI_Status statuses[])
+/* The argument checks MPI_Testsome and MPI_Waitsome share. */
+static int check_some(int incount, MPI_Request requests[], const int *outcount,
+                      const int indices[], const char *fn)
 {
-    int err = check_array(incount, requests, "MPI_Testsome");
+    int err = check_array(incount, requests, fn);
     if (err)
         return err;
     if (!outcount || (incount > 0 && !indices))
-        return face_fail(NULL, MPI_ERR_ARG, "MPI_Testsome", "NULL argument");
+        return face_fail(NULL, MPI_ERR_ARG, fn, "NULL argument");
+    return MPI_SUCCESS;
+}
+
+int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[],
+                 MPI_Status statuses[])
+{
+    int err = check_some(incount, requests, outcount, indices, "MPI_Testsome");
+    if (err)
+        return err;
     bool any_active = false, failed = false;
     int n = 0;
     for (int i = 0; i < incount; i++) {
@@ -728,11 +738,9 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
 int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[],
                  MPI_Status statuses[])
 {
-    int err = check_array(incount, requests, "MPI_Waitsome");
+    int err = check_some(incount, requests, outcount, indices, "MPI_Waitsome");
     if (err)
         return err;
-    if (!outcount || (incount > 0 && !indices))
-        return face_fail(NULL, MPI_ERR_ARG, "MPI_Waitsome", "NULL argument");
     if (!statuses && !any_own(incount, requests)) {
         int rc = mpiv_waitsome(incount, requests, outcount, indices, NULL);
         return rc ? face_fail(NULL, MPI_ERR_IN_STATUS, "MPI_Waitsome", "%s: %s",
