@@ -39,7 +39,7 @@
  *     after the core's handler returned (it reads the record in place: a
  *     "borrowed" arrival, see shm_release). So the receiver of a one-line
  *     message reads that line and nothing else the sender wrote: one
- *     cache-line transfer, where polling tail took two.
+ *     cache-line transfer, not two (the tail's line and the record's).
  *  R4 Records of one ring are consumed in order, so what one rank sends to
  *     another arrives in the order posted (same key, same order: DESIGN).
  *  R5 A stamp names its position: positions only grow, and the key is a
