@@ -60,11 +60,16 @@
  * and never less than a packet), so messages larger than a packet travel
  * eagerly on shm while the packet path stays as it is for ofi and ibv.
  *
- * RDMA write with immediate: the writer puts the bytes at the peer's
- * address with process_vm_writev (one copy) when the kernel lets it (same
- * user, ptrace rules); otherwise, or for what a partial call left, it sends
- * them through the ring as CHUNK records naming the destination address,
- * and the receiver copies them out. An IMM record follows the last byte (R4), so
+ * RDMA write with immediate: the writer sends the bytes through the ring
+ * as CHUNK records of at most SHM_CHUNK bytes naming the destination
+ * address, and the receiver copies them out, freeing each CHUNK's room as
+ * it goes, so the two copies run at once on two cores and a write longer
+ * than the ring streams through it. With MPIV_SHM_CMA=on it puts them at
+ * the peer's address with process_vm_writev (one copy) when the kernel
+ * lets it (same user, ptrace rules), and only what that leaves goes
+ * through the ring. (Two pipelined copies through a ring that stays in
+ * cache beat the kernel's one copy, which pins and maps every page, on the
+ * machines measured: docs/perf/pt2pt.md.) An IMM record follows the last byte (R4), so
  * the immediate never overtakes its data. A write that finds the ring full
  * returns SRV_AGAIN with its progress kept in op->note, and the core posts
  * it again later (nothing of the same sender overtakes it meanwhile).
@@ -141,6 +146,11 @@
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
  * two keeps the core's pieces aligned. */
 #define SHM_MAX_WRITE ((size_t)1 << 30)
+/* Payload bytes of a CHUNK record at most: a write goes through the ring in
+ * pieces this small so that the receiver copies one out while the sender
+ * copies the next in (two cores, one copy each, at once). One record of a
+ * quarter ring would make the two copies take turns. */
+#define SHM_CHUNK ((size_t)64 << 10)
 
 enum shm_kind { REC_MSG = 1, REC_CHUNK = 2, REC_IMM = 3, REC_SKIP = 4 };
 
@@ -796,7 +806,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             return MPIV_SUCCESS; /* its error completion follows; no IMM */
         }
     }
-    size_t chunk_max = be->rec_max - CHUNK_ADDR;
+    size_t chunk_max = be->rec_max - CHUNK_ADDR < SHM_CHUNK ? be->rec_max - CHUNK_ADDR : SHM_CHUNK;
     util_spin_lock(&be->send_lock[op->peer]);
     for (;;) {
         size_t off = (size_t)op->note[0];
@@ -966,6 +976,12 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
                 } else {
                     memcpy((void *)(uintptr_t)hd.raddr, data + CHUNK_ADDR, hd.len);
                 }
+            }
+            if (!lent) {
+                /* release: done with this CHUNK (R3). A write longer than
+                 * the ring streams through it: its sender waits for these
+                 * bytes, not for the end of this poll. */
+                atomic_store_explicit(&g->head, h + size, memory_order_release);
             }
         } else if (hd.kind == REC_IMM) {
             ev[out++] = (struct srv_cqe){.kind = SRV_CQE_IMM,

@@ -68,10 +68,11 @@ static const struct cfg_var cfg_vars[] = {
     {"MPIV_NET", CFG_WORDS, OFF(net), 0, 3, UTIL_NET_AUTO, "auto|ofi|ibv|shm",
      "network backend; shm = MPIv's own shared-memory rings (every rank on one host); auto = "
      "shm when every rank is on one host, else ibv where every rank has a verbs device, else ofi"},
-    {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 1, "off|on",
-     "shm backend: large messages in one copy where the kernel allows it (the receiver reads "
-     "them with process_vm_readv, or the sender writes them with process_vm_writev); off = "
-     "through the rings (two copies)"},
+    {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 0, "off|on",
+     "shm backend: off = rendezvous bytes stream through the rings in 64K pieces, the sender "
+     "copying in while the receiver copies out; on = one copy where the kernel allows it (the "
+     "receiver reads with process_vm_readv, or the sender writes with process_vm_writev), "
+     "for hosts where that copy is faster or memory bandwidth is short"},
     {"MPIV_SERVER", CFG_WORDS, OFF(server), 0, 2, UTIL_SERVER_AUTO, "auto|thread|inline",
      "who moves the network: thread = a server thread per rank; inline = the threads that wait "
      "(idle workers, waiting pthreads), MPI-style, with no extra thread; auto = inline when the "

@@ -17,7 +17,9 @@
  *  - a full ring: the receiver's server is held up (a fault hook that
  *    sleeps) while the sender sends a burst larger than the ring; what
  *    does not fit goes through the server's queue or as an RTS, and
- *    same-key order still holds.
+ *    same-key order still holds;
+ *  - rendezvous messages longer than a ring, which stream through it on
+ *    shm, in both orders and behind a held-up receiver.
  * The same cases run over ofi (no direct path: the packet path and the
  * rendezvous above a packet) as a cross-check.
  */
@@ -364,6 +366,88 @@ START_TEST(full_ring_in_order)
 }
 END_TEST
 
+/* Rendezvous messages longer than a ring (on shm their bytes stream
+ * through it in pieces: the sender must wait for room the receiver frees
+ * piece by piece), and around the piece size, in both orders; and, while
+ * the receiver's server is held up, two of them back to back with small
+ * messages of the same key between: all data, sizes and the order kept.
+ * On shm without MPIV_SHM_CMA=on nothing is read: every byte went
+ * through the ring. */
+START_TEST(rendezvous_streams)
+{
+    trace("start rendezvous_streams");
+    size_t max = proto_eager_max(1 - me), piece = (size_t)64 << 10;
+    size_t sizes[] = {max + 1, 3 * piece - 1, 3 * piece, 3 * piece + 1, ((size_t)9 << 20) + 5};
+    size_t big = sizes[4];
+    unsigned char *buf = malloc(big + 1);
+    ck_assert_ptr_nonnull(buf);
+    struct proto_stats before, after;
+    proto_get_stats(&before);
+    unsigned seed = 7000;
+    for (int order = 0; order < 2; order++) {
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++, seed++) {
+            size_t size = sizes[k];
+            if (size <= max)
+                continue;
+            if (me == 0) {
+                fill(buf, size, seed);
+                mpiv_request_t sreq;
+                if (order == 0)
+                    OK(mpiv_barrier());
+                OK(mpiv_isend(buf, size, 1, 5, &sreq));
+                if (order == 1)
+                    OK(mpiv_barrier());
+                OK(mpiv_wait(&sreq, NULL));
+            } else {
+                memset(buf, 0xEE, size + 1);
+                mpiv_request_t req;
+                mpiv_status_t st;
+                if (order == 0) {
+                    OK(mpiv_irecv(buf, size, 0, 5, &req));
+                    OK(mpiv_barrier());
+                } else {
+                    OK(mpiv_barrier());
+                    OK(mpiv_irecv(buf, size, 0, 5, &req));
+                }
+                OK(mpiv_wait(&req, &st));
+                ck_assert_uint_eq(st.size, size);
+                check_data(buf, size, seed);
+                ck_assert_uint_eq(buf[size], 0xEE);
+            }
+        }
+    }
+    /* held-up receiver: big, small, big, small on one key */
+    if (me == 1) {
+        atomic_store(&stalled, 0);
+        srv_fault_set(stall, NULL);
+    }
+    OK(mpiv_barrier());
+    size_t seq[] = {big, 8, big - 3, 100};
+    for (int i = 0; i < 4; i++, seed++) {
+        if (me == 0) {
+            fill(buf, seq[i], seed);
+            OK(mpiv_send(buf, seq[i], 1, 6));
+        } else {
+            mpiv_status_t st;
+            memset(buf, 0xEE, big + 1);
+            OK(mpiv_recv(buf, big, 0, 6, &st));
+            ck_assert_msg(st.size == seq[i], "message %d: %zu bytes, expected %zu", i, st.size,
+                          seq[i]);
+            check_data(buf, seq[i], seed);
+            ck_assert_uint_eq(buf[seq[i]], 0xEE);
+        }
+    }
+    if (me == 1)
+        srv_fault_set(NULL, NULL);
+    proto_get_stats(&after);
+    const char *net = getenv("MPIV_NET"), *cma = getenv("MPIV_SHM_CMA");
+    if (me == 1 && net && strcmp(net, "shm") == 0 && !(cma && strcmp(cma, "on") == 0))
+        ck_assert_uint_eq(after.reads, before.reads);
+    free(buf);
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static int eager_init(int *argc, char ***argv)
 {
     (void)argc;
@@ -391,6 +475,7 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, small_flood_wraps);
     tcase_add_test(tc, tiny_flood_needs_no_credit);
     tcase_add_test(tc, full_ring_in_order);
+    tcase_add_test(tc, rendezvous_streams);
     suite_add_tcase(s, tc);
     return s;
 }
