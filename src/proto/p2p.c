@@ -976,6 +976,25 @@ static int proto_deliver(pkt_t *p, int dest)
     return MPIV_SUCCESS;
 }
 
+/* An eager message (its credit taken) straight into the transport, no
+ * packet (shm), when nothing is queued ahead of it. MPIV_SUCCESS: sent;
+ * SRV_INLINE_LATER: not sent, the packet path must carry it, in order;
+ * else the error. The caller checked size + header <= inline_max[dest]. */
+static inline __attribute__((always_inline)) int send_inline(const void *buf, size_t size,
+                                                             int dest, int tag, int ctx)
+{
+    struct proto_hdr hd;
+    hdr_init(&hd, PROTO_EAGER, dest);
+    hd.ctx = (uint16_t)ctx;
+    hd.tag = (uint32_t)tag;
+    hd.size = size;
+    int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
+    /* not sent: whatever it carried is still ours to give */
+    if (rc != MPIV_SUCCESS && hd.credit)
+        atomic_fetch_add_explicit(&proto.owed[dest], (long)hd.credit, memory_order_relaxed);
+    return rc;
+}
+
 /* sync: a synchronous send, always an RTS (see proto_issend). */
 static inline __attribute__((always_inline)) int
 isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r, bool sync)
@@ -986,21 +1005,11 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
     bool eager = !sync && size <= eager_max &&
                  (dest == proto.rank || !cost || credit_take(dest, cost));
     if (eager && size + sizeof(struct proto_hdr) <= proto.inline_max[dest]) {
-        /* Straight into the transport, no packet (shm) when nothing is
-         * queued ahead of it; else the packet path below, in order. */
-        struct proto_hdr hd;
-        hdr_init(&hd, PROTO_EAGER, dest);
-        hd.ctx = (uint16_t)ctx;
-        hd.tag = (uint32_t)tag;
-        hd.size = size;
-        int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
+        int rc = send_inline(buf, size, dest, tag, ctx);
         if (rc == MPIV_SUCCESS) {
             finish_unseen(r);
             return MPIV_SUCCESS;
         }
-        /* not sent: whatever it carried is still ours to give */
-        if (hd.credit)
-            atomic_fetch_add_explicit(&proto.owed[dest], (long)hd.credit, memory_order_relaxed);
         if (rc != SRV_INLINE_LATER)
             return rc;
         if (size > proto.eager_limit) {
@@ -1180,6 +1189,21 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag)
     int rc = check_args(buf, size, dest, tag, __func__);
     if (rc)
         return rc;
+    /* The common case needs no request: an eager message that goes
+     * straight into the transport is complete when it returns. Else (no
+     * credit, or the transport queues) the credit goes back and the
+     * general path below takes it again, or takes the RTS. */
+    if (size + sizeof(struct proto_hdr) <= proto.inline_max[dest] &&
+        size <= proto_eager_max(dest)) {
+        long cost = credit_cost(size);
+        if (!cost || credit_take(dest, cost)) {
+            rc = send_inline(buf, size, dest, tag, HT_CTX_USER);
+            if (rc != SRV_INLINE_LATER)
+                return rc;
+            if (cost)
+                atomic_fetch_add_explicit(&proto.credit[dest], cost, memory_order_relaxed);
+        }
+    }
     struct mpiv_request r;
     rc = proto_isend(buf, size, dest, tag, HT_CTX_USER, &r);
     if (rc)
