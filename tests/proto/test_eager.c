@@ -69,6 +69,43 @@ static size_t sizes_around(size_t *out)
     return n;
 }
 
+/* One message of `size` bytes from rank 0 to rank 1 with tag 3, the
+ * receive posted first (order 0) or the message first (order 1); rank 1
+ * checks the status, the data (seed) and that buf[size] stayed. buf holds
+ * size + 1 bytes. */
+static void transfer(unsigned char *buf, size_t size, unsigned seed, int order)
+{
+    if (me == 0) {
+        fill(buf, size, seed);
+        /* order 1: started before the receive is posted (above the
+         * eager limit it completes only once it is) */
+        mpiv_request_t sreq;
+        if (order == 0)
+            OK(mpiv_barrier()); /* the receive is posted */
+        OK(mpiv_isend(buf, size, 1, 3, &sreq));
+        if (order == 1)
+            OK(mpiv_barrier());
+        OK(mpiv_wait(&sreq, NULL));
+        return;
+    }
+    memset(buf, 0xEE, size + 1);
+    mpiv_request_t req;
+    mpiv_status_t st;
+    if (order == 0) {
+        OK(mpiv_irecv(buf, size, 0, 3, &req));
+        OK(mpiv_barrier());
+    } else {
+        OK(mpiv_barrier()); /* sent (eager: at least on its way) */
+        OK(mpiv_irecv(buf, size, 0, 3, &req));
+    }
+    OK(mpiv_wait(&req, &st));
+    ck_assert_uint_eq(st.size, size);
+    ck_assert_int_eq(st.source, 0);
+    ck_assert_int_eq(st.tag, 3);
+    check_data(buf, size, seed);
+    ck_assert_uint_eq(buf[size], 0xEE);
+}
+
 START_TEST(sizes_across_limits)
 {
     trace("start sizes_across_limits");
@@ -79,40 +116,9 @@ START_TEST(sizes_across_limits)
     unsigned char *buf = malloc(max);
     ck_assert_ptr_nonnull(buf);
     unsigned seed = 1;
-    for (int order = 0; order < 2; order++) { /* 0: receive first, 1: message first */
-        for (size_t k = 0; k < n; k++, seed++) {
-            size_t size = sizes[k];
-            if (me == 0) {
-                fill(buf, size, seed);
-                /* order 1: started before the receive is posted (above the
-                 * eager limit it completes only once it is) */
-                mpiv_request_t sreq;
-                if (order == 0)
-                    OK(mpiv_barrier()); /* the receive is posted */
-                OK(mpiv_isend(buf, size, 1, 3, &sreq));
-                if (order == 1)
-                    OK(mpiv_barrier());
-                OK(mpiv_wait(&sreq, NULL));
-            } else {
-                memset(buf, 0xEE, max);
-                mpiv_request_t req;
-                mpiv_status_t st;
-                if (order == 0) {
-                    OK(mpiv_irecv(buf, size, 0, 3, &req));
-                    OK(mpiv_barrier());
-                } else {
-                    OK(mpiv_barrier()); /* sent (eager: at least on its way) */
-                    OK(mpiv_irecv(buf, size, 0, 3, &req));
-                }
-                OK(mpiv_wait(&req, &st));
-                ck_assert_uint_eq(st.size, size);
-                ck_assert_int_eq(st.source, 0);
-                ck_assert_int_eq(st.tag, 3);
-                check_data(buf, size, seed);
-                ck_assert_uint_eq(buf[size], 0xEE);
-            }
-        }
-    }
+    for (int order = 0; order < 2; order++) /* 0: receive first, 1: message first */
+        for (size_t k = 0; k < n; k++, seed++)
+            transfer(buf, sizes[k], seed, order);
     free(buf);
     OK(mpiv_barrier());
 }
@@ -384,38 +390,10 @@ START_TEST(rendezvous_streams)
     struct proto_stats before, after;
     proto_get_stats(&before);
     unsigned seed = 7000;
-    for (int order = 0; order < 2; order++) {
-        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++, seed++) {
-            size_t size = sizes[k];
-            if (size <= max)
-                continue;
-            if (me == 0) {
-                fill(buf, size, seed);
-                mpiv_request_t sreq;
-                if (order == 0)
-                    OK(mpiv_barrier());
-                OK(mpiv_isend(buf, size, 1, 5, &sreq));
-                if (order == 1)
-                    OK(mpiv_barrier());
-                OK(mpiv_wait(&sreq, NULL));
-            } else {
-                memset(buf, 0xEE, size + 1);
-                mpiv_request_t req;
-                mpiv_status_t st;
-                if (order == 0) {
-                    OK(mpiv_irecv(buf, size, 0, 5, &req));
-                    OK(mpiv_barrier());
-                } else {
-                    OK(mpiv_barrier());
-                    OK(mpiv_irecv(buf, size, 0, 5, &req));
-                }
-                OK(mpiv_wait(&req, &st));
-                ck_assert_uint_eq(st.size, size);
-                check_data(buf, size, seed);
-                ck_assert_uint_eq(buf[size], 0xEE);
-            }
-        }
-    }
+    for (int order = 0; order < 2; order++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++, seed++)
+            if (sizes[k] > max)
+                transfer(buf, sizes[k], seed, order);
     /* held-up receiver: big, small, big, small on one key */
     if (me == 1) {
         atomic_store(&stalled, 0);
