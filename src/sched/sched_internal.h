@@ -407,8 +407,23 @@ static inline void sched_signal_inline(sched_sync *s)
     sched_make_runnable(u->w, u);
 }
 
+/* A wait that finds s signalled already consumes it without a locked
+ * instruction: the signaller's last access to s was its store of 1, so
+ * nobody else writes s (acquire: pairs with that store's release). The
+ * common case when the caller polled until done (proto_wait), and for an
+ * operation that completed before its call returned. */
+static inline bool sched_wait_consumed(sched_sync *s)
+{
+    if (atomic_load_explicit(&s->state, memory_order_acquire) != SYNC_SIGNALLED)
+        return false;
+    atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+    return true;
+}
+
 static inline void sched_wait_pthread(sched_sync *s)
 {
+    if (sched_wait_consumed(s))
+        return;
     struct sched_pwaiter p;
     atomic_init(&p.flag, 0);
     uintptr_t old = 0;
@@ -439,6 +454,8 @@ static inline void sched_wait_pthread(sched_sync *s)
 
 static inline void sched_wait_inline(sched_sync *s)
 {
+    if (sched_wait_consumed(s))
+        return;
     struct sched_worker *w = sched_tls_worker;
     struct mpiv_ult *u = w ? w->current : NULL;
     if (!u) {
