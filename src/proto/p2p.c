@@ -388,6 +388,27 @@ static void credit_owe(int src, size_t size, bool server)
     long v = atomic_fetch_add_explicit(&proto.owed[src], cost, memory_order_relaxed) + cost;
     if (v < proto.credit_max / 4)
         return;
+    /* A CREDIT header needs no packet where the transport takes it inline
+     * (shm): the credit goes back even while the pool is empty. Else a
+     * sender whose credit sits here, owed, may turn eager sends into RTS
+     * until this rank next sends it something, although the messages it
+     * waits for were consumed long ago. */
+    if (sizeof(struct proto_hdr) <= proto.inline_max[src]) {
+        struct proto_hdr hd;
+        hdr_init(&hd, PROTO_CREDIT, src);
+        if (!hd.credit)
+            hd.credit = owed_take(src, 1);
+        if (!hd.credit)
+            return; /* another thread took it meanwhile */
+        int rc = srv_send_inline(src, &hd, sizeof hd, NULL, 0);
+        if (rc == MPIV_SUCCESS) {
+            atomic_fetch_add_explicit(&n_credit_packets, 1, memory_order_relaxed);
+            return;
+        }
+        atomic_fetch_add_explicit(&proto.owed[src], (long)hd.credit, memory_order_relaxed);
+        if (rc != SRV_INLINE_LATER)
+            return;
+    }
     pkt_t *p = proto_pkt_try(server);
     if (!p)
         return;
