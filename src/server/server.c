@@ -108,6 +108,10 @@ static struct srv_state {
     /* Sends and writes posted and not completed yet: finalize waits for
      * them. Relaxed: only a count, nothing is published through it. */
     atomic_long outstanding;
+    /* Bytes of heap copies in the send queue (Q1), and copies ever made.
+     * Relaxed: the first only bounds memory, the second is a statistic. */
+    atomic_long copies_queued;
+    atomic_ulong copies_made;
     atomic_uchar *peer_dead;
 
     /* Fault injection (tests only): the hook, and what it held back. */
@@ -243,6 +247,7 @@ void srv_get_stats(struct srv_stats *st)
     *st = srv_g.stats;
     util_spin_unlock(&srv_g.progress_lock);
     st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
+    st->copies = atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed);
 }
 
 const char *srv_backend_name(void)
@@ -293,6 +298,101 @@ uint64_t srv_peer_arrivals(int peer)
 
 /* --- the send queue ------------------------------------------------------ */
 
+/*
+ * Q1  On a backend that posts copies (ops->posts_copies: shm), no pool
+ *     packet waits in the send queue: a packet that cannot be posted at
+ *     once is queued as a packet-shaped heap copy (idx == SRV_COPY_IDX)
+ *     and goes back to the pool before submit returns (q_item).
+ *
+ * Why: on shm, each message the server takes out of a ring needs a posted
+ * pool packet lent beside it, and a ring that is not drained stays full.
+ * Were packets to wait behind a full ring, a rank whose pool all sat in
+ * its queue could not drain its incoming rings; its peer's ring to it then
+ * stays full, the peer's packets sit in its queue in turn, and two ranks
+ * each wait for the other's receives for ever (seen in bfs, with sends
+ * that never block filling the queue and rendezvous packets draining both
+ * pools). Under Q1 a pool packet on shm is free, posted for a receive,
+ * held by the matching table as an unexpected message (at most half of
+ * what the posted receives leave: I5 in p2p.c) or held by one thread for a
+ * step that waits for nothing; none of these waits for a ring. So a rank
+ * can always get packets to drain its incoming rings, whatever its own
+ * full rings hold, and full rings in both directions drain.
+ *
+ * What the copies cost: a copy of an RTS, RTR or FIN stands for a pending
+ * rendezvous and a CREDIT or ABORT for a rare event, so their memory is
+ * bounded by the operations in flight. Only srv_send_copy's eager copies,
+ * which let a send complete while it waits, are not; they stop at
+ * SRV_COPY_QUEUE_MAX bytes of copies queued, past which the sender waits
+ * without holding a packet (SRV_COPY_FULL, p2p.c). ofi and ibv send from
+ * registered memory: their queued items stay packets, and the receive
+ * reserve (stash) is what keeps their receives posted.
+ */
+
+/* A heap copy of the send queue's (Q1), never one of the pool's packets
+ * (whose indices are below the pool's size) nor proto's heap blocks
+ * (UINT32_MAX, which never reach the server). */
+#define SRV_COPY_IDX (UINT32_MAX - 1)
+/* Bytes of copies queued past which srv_send_copy refuses (SRV_COPY_FULL):
+ * about two million tiny messages. */
+#define SRV_COPY_QUEUE_MAX (256l << 20)
+
+static size_t copy_bytes(size_t len) { return (sizeof(pkt_t) + len + 63) & ~(size_t)63; }
+
+/* A heap block shaped like a packet for len bytes to peer, counted in
+ * copies_queued; NULL if out of memory, or if `capped` and the queued
+ * copies would pass SRV_COPY_QUEUE_MAX. */
+static pkt_t *copy_new(size_t len, int peer, bool capped)
+{
+    long bytes = (long)copy_bytes(len);
+    /* reserve first, as several threads add at once; relaxed: it only
+     * bounds memory */
+    long was = atomic_fetch_add_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
+    pkt_t *c = NULL;
+    if (!capped || was + bytes <= SRV_COPY_QUEUE_MAX)
+        c = aligned_alloc(64, (size_t)bytes);
+    if (!c) {
+        atomic_fetch_sub_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
+        return NULL;
+    }
+    atomic_fetch_add_explicit(&srv_g.copies_made, 1, memory_order_relaxed);
+    c->next = NULL;
+    c->idx = SRV_COPY_IDX;
+    c->owner = -1;
+    c->len = (uint32_t)len;
+    c->peer = peer;
+    return c;
+}
+
+/* A packet the server is done with: back to the pool, or a copy freed. */
+static void pkt_done(pkt_t *p)
+{
+    if (p->idx != SRV_COPY_IDX) {
+        pkt_put_server(srv_g.pool, p);
+        return;
+    }
+    atomic_fetch_sub_explicit(&srv_g.copies_queued, (long)copy_bytes(p->len),
+                              memory_order_relaxed);
+    free(p);
+}
+
+/* What waits in the queue for item (Q1): the item itself, or for a pool
+ * packet to a peer whose backend posts copies, a copy of it, the packet
+ * going back to the pool. 0: out of memory (the item is untouched). */
+static uintptr_t q_item(uintptr_t item)
+{
+    if (item & QTAG_OP)
+        return item;
+    pkt_t *p = (pkt_t *)item;
+    if (p->idx == SRV_COPY_IDX || !srv_g.peer_net[p->peer]->ops->posts_copies)
+        return item;
+    pkt_t *c = copy_new(p->len, p->peer, false);
+    if (!c)
+        return 0;
+    memcpy(c->data, p->data, p->len);
+    pkt_put_server(srv_g.pool, p);
+    return (uintptr_t)c;
+}
+
 static uintptr_t *q_link(uintptr_t item)
 {
     if (item & QTAG_OP)
@@ -336,7 +436,7 @@ static int post_settle(uintptr_t item, int rc)
 {
     if (rc == SRV_DONE) {
         atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
-        pkt_put_server(srv_g.pool, (pkt_t *)item);
+        pkt_done((pkt_t *)item);
         rc = MPIV_SUCCESS;
     }
     return rc;
@@ -351,7 +451,7 @@ static void fail_item(uintptr_t item, int err)
             op->done(op->ctx, err);
         free(op);
     } else {
-        pkt_put_server(srv_g.pool, (pkt_t *)item);
+        pkt_done((pkt_t *)item);
     }
 }
 
@@ -394,7 +494,8 @@ static int q_drain(void)
 }
 
 /* Posts now if nothing waits ahead, else (or if the backend is full)
- * queues. */
+ * queues, a pool packet on shm as a copy (Q1). On an error the caller
+ * still owns item. */
 static int submit(uintptr_t item)
 {
     atomic_fetch_add_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
@@ -407,7 +508,12 @@ static int submit(uintptr_t item)
             return rc;
         }
     }
-    q_push(item);
+    uintptr_t waits = q_item(item);
+    if (!waits) {
+        atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for a queued send");
+    }
+    q_push(waits);
     return MPIV_SUCCESS;
 }
 
@@ -675,7 +781,7 @@ static void dispatch(struct srv_net *n, struct srv_cqe *e)
         if (e->err)
             mark_dead(e->src);
         srv_g.stats.sends_done++;
-        pkt_put_server(srv_g.pool, e->p);
+        pkt_done(e->p);
         break;
     case SRV_CQE_WRITE: {
         struct srv_rdma_op *op = e->op;
@@ -1169,7 +1275,13 @@ static void srv_teardown(bool graceful)
     srv_mr_cache_fini();
     close_nets();
     /* Packets still in the queue (only after a failure) belong to the
-     * pool, which the caller destroys next. */
+     * pool, which the caller destroys next; copies are freed. */
+    for (uintptr_t item = srv_g.q_head, next; item; item = next) {
+        next = *q_link(item);
+        if (!(item & QTAG_OP) && ((pkt_t *)item)->idx == SRV_COPY_IDX)
+            free((pkt_t *)item);
+    }
+    atomic_store(&srv_g.copies_queued, 0);
     srv_g.q_head = srv_g.q_tail = 0;
     atomic_store(&srv_g.q_len, 0);
     atomic_store(&srv_g.outstanding, 0);

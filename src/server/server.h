@@ -79,7 +79,9 @@ void srv_abandon(void);
 
 /* Sends p->len bytes of p->data to `peer` (may be this rank). Ownership of p
  * passes to the server, which returns it to the pool once sent, or at once
- * when the send fails (MPIV_ERR_PEER if peer is known to be gone). */
+ * when the send fails (MPIV_ERR_PEER if peer is known to be gone). On shm,
+ * a send that must wait for room is queued as a copy and p goes back to
+ * the pool at once (Q1 in server.c). */
 int srv_send(pkt_t *p, int peer);
 
 /* srv_send_inline's "use srv_send instead": not an error. */

@@ -1233,6 +1233,7 @@ const struct srv_backend_ops srv_shm_ops = {
     .exchange = shm_exchange,
     .reg_pool = shm_reg_pool,
     .post_send = shm_post_send,
+    .posts_copies = true, /* shm_post_send copies p->data into the ring and is done */
     .post_recv = shm_post_recv,
     .send_inline = shm_send_inline,
     .inline_max = shm_inline_max,

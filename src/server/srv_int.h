@@ -94,6 +94,11 @@ struct srv_backend_ops {
      * SRV_DONE (none follows: the packet is free now) or SRV_AGAIN. */
     int (*post_send)(struct srv_backend *be, pkt_t *p, int peer);
     int (*post_recv)(struct srv_backend *be, pkt_t *p);
+    /* Whether post_send reads nothing of p but p->len and p->data and is
+     * done with p when it returns (never MPIV_SUCCESS with a SRV_CQE_SEND
+     * to follow), so that the core may hand it a packet-shaped heap block
+     * instead of a pool packet (shm; Q1 in server.c). */
+    bool posts_copies;
     /* Optional (NULL: the core always uses post_send). Sends hdr then
      * payload as one message of hlen + len <= inline_max(peer) bytes with
      * no packet: SRV_DONE (gone: both buffers are free), SRV_AGAIN (no
@@ -165,6 +170,7 @@ struct srv_stats {
     uint64_t recvs, sends_done, writes_done, imms;
     uint64_t queued_posted; /* operations that waited in the send queue */
     uint64_t sleeps;        /* times the idle server slept              */
+    uint64_t copies;        /* sends queued as heap copies (Q1)         */
 };
 void srv_get_stats(struct srv_stats *st);
 /* "ofi", "ibv", "shm", "shm+ofi" or "shm+ibv" (a mixed job: shm within

@@ -19,7 +19,12 @@
  *    does not fit goes through the server's queue or as an RTS, and
  *    same-key order still holds;
  *  - rendezvous messages longer than a ring, which stream through it on
- *    shm, in both orders and behind a held-up receiver.
+ *    shm, in both orders and behind a held-up receiver;
+ *  - both ranks flooding each other with eager messages and rendezvous
+ *    (RTS) sends while one rank's server is held, rings full both ways;
+ *    run with a pool of 8 packets, 64 KiB rings and little eager credit
+ *    (proto_eager_crossflood) it is the deadlock that Q1 in server.c
+ *    rules out: every send and receive completes, in order.
  * The same cases run over ofi (no direct path: the packet path and the
  * rendezvous above a packet) as a cross-check.
  */
@@ -29,11 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/check_main.h"
 #include "common/test_data.h"
 #include "mpiv.h"
 #include "proto/proto.h"
+#include "server/srv_int.h"
 
 static int me;
 
@@ -426,6 +433,111 @@ START_TEST(rendezvous_streams)
 }
 END_TEST
 
+/* Both ranks post FLOOD_N receives, then send each other FLOOD_N messages
+ * of one key: three eager ones of FLOOD_EAGER bytes, then a synchronous
+ * one (always an RTS), and so on, all non-blocking, from one thread; then
+ * wait for everything. Rank 1's server is held at its first arrival until
+ * rank 0 has started all its sends (a file says so) or HOLD_MS have
+ * passed, so that rank 0's ring to it fills, rank 0's sends and its FINs
+ * answering rank 1's RTSs wait in rank 0's queue, rank 0's server stops
+ * draining rank 1's ring if it runs out of packets, and rank 1's sends
+ * back up behind that in turn. With pool packets queued behind full rings
+ * (the copy path without Q1) both pools end up in the two queues and
+ * neither server can drain its rings: the job hangs. On ofi nothing is
+ * held (its sends wait for a held receiver); only the messages are
+ * checked. */
+enum { FLOOD_N = 3000, FLOOD_EAGER = 100, FLOOD_MAX = 256, HOLD_MS = 3000 };
+
+static void flood_go_file(char *name, size_t n)
+{
+    snprintf(name, n, "/tmp/mpiv-test-eager-flood-%d", (int)getppid());
+}
+
+static enum srv_fault_action hold_a_while(const struct srv_fault_event *ev, void *arg)
+{
+    (void)arg;
+    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
+        char name[64];
+        flood_go_file(name, sizeof name);
+        struct timespec ts = {0, 1000 * 1000};
+        for (int ms = 0; ms < HOLD_MS && access(name, F_OK) != 0; ms++)
+            nanosleep(&ts, NULL);
+    }
+    return SRV_FAULT_PASS;
+}
+
+START_TEST(cross_flood_completes)
+{
+    trace("start cross_flood_completes");
+    char go[64];
+    flood_go_file(go, sizeof go);
+    bool copying = srv_inline_max(1 - me) > 0; /* shm */
+    unsigned char *out = malloc((size_t)FLOOD_N * FLOOD_MAX);
+    unsigned char *in = malloc((size_t)FLOOD_N * FLOOD_MAX);
+    mpiv_request_t *sreq = malloc(FLOOD_N * sizeof *sreq);
+    mpiv_request_t *rreq = malloc(FLOOD_N * sizeof *rreq);
+    mpiv_status_t *st = malloc(FLOOD_N * sizeof *st);
+    ck_assert(out && in && sreq && rreq && st);
+    for (int i = 0; i < FLOOD_N; i++)
+        OK(mpiv_irecv(in + (size_t)i * FLOOD_MAX, FLOOD_MAX, 1 - me, 21, &rreq[i]));
+    OK(mpiv_barrier());
+    if (me == 1 && copying) {
+        atomic_store(&stalled, 0);
+        srv_fault_set(hold_a_while, NULL);
+    }
+    for (int i = 0; i < FLOOD_N; i++) {
+        unsigned char *m = out + (size_t)i * FLOOD_MAX;
+        bool rdv = i % 4 == 3;
+        size_t size = rdv ? FLOOD_MAX : FLOOD_EAGER;
+        fill(m, size, (unsigned)i);
+        memcpy(m, &i, sizeof i);
+        if (rdv)
+            OK(mpiv_issend(m, size, 1 - me, 21, &sreq[i]));
+        else
+            OK(mpiv_isend(m, size, 1 - me, 21, &sreq[i]));
+    }
+    if (me == 0) {
+        FILE *f = fopen(go, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
+    OK(mpiv_waitall(FLOOD_N, sreq, NULL));
+    OK(mpiv_waitall(FLOOD_N, rreq, st));
+    if (me == 1)
+        srv_fault_set(NULL, NULL);
+    if (getenv("EAGER_TRACE")) {
+        struct srv_stats ss;
+        struct proto_stats ps;
+        srv_get_stats(&ss);
+        proto_get_stats(&ps);
+        fprintf(stderr, "rank %d: %llu sends queued as copies, %llu queued in all, %llu eager as RTS\n",
+                me, (unsigned long long)ss.copies, (unsigned long long)ss.queued_posted,
+                (unsigned long long)ps.eager_as_rts);
+    }
+    int bad = -1;
+    for (int i = 0; i < FLOOD_N && bad < 0; i++) {
+        const unsigned char *m = in + (size_t)i * FLOOD_MAX;
+        size_t size = i % 4 == 3 ? FLOOD_MAX : FLOOD_EAGER;
+        int got;
+        memcpy(&got, m, sizeof got);
+        size_t j = sizeof got;
+        while (j < size && m[j] == pattern(j, (unsigned)i))
+            j++;
+        if (st[i].size != size || got != i || j != size)
+            bad = i;
+    }
+    OK(mpiv_barrier());
+    if (me == 0)
+        unlink(go);
+    free(out);
+    free(in);
+    free(sreq);
+    free(rreq);
+    free(st);
+    ck_assert_msg(bad < 0, "message %d came wrong or out of order", bad);
+}
+END_TEST
+
 static int eager_init(int *argc, char ***argv)
 {
     (void)argc;
@@ -455,6 +567,10 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, full_ring_in_order);
     tcase_add_test(tc, rendezvous_streams);
     suite_add_tcase(s, tc);
+    TCase *flood = tcase_create("crossflood");
+    tcase_set_timeout(flood, 300);
+    tcase_add_test(flood, cross_flood_completes);
+    suite_add_tcase(s, flood);
     return s;
 }
 
