@@ -140,6 +140,7 @@ struct proto_state proto;
 
 static _Atomic uint64_t n_aborts_sent, n_aborts_received, n_credit_packets, n_eager_as_rts;
 static _Atomic uint64_t n_reads, n_read_fallbacks, n_read_failures, n_fins_received;
+static _Atomic uint64_t n_copy_waits;
 
 void proto_stats_drops(uint64_t out[PROTO_DROP_MAX_]);
 
@@ -155,6 +156,7 @@ void proto_get_stats(struct proto_stats *st)
     st->read_fallbacks = atomic_load_explicit(&n_read_fallbacks, memory_order_relaxed);
     st->read_failures = atomic_load_explicit(&n_read_failures, memory_order_relaxed);
     st->fins_received = atomic_load_explicit(&n_fins_received, memory_order_relaxed);
+    st->copy_waits = atomic_load_explicit(&n_copy_waits, memory_order_relaxed);
 }
 
 /* --- completion (I1) ------------------------------------------------------- */
@@ -997,10 +999,37 @@ static int proto_deliver(pkt_t *p, int dest)
     return MPIV_SUCCESS;
 }
 
+/* An eager message of at most a packet that srv_send_inline could not send
+ * now: on shm a copy of it joins the send queue, so that the send
+ * completes at once (a ULT that sends one message ends and gives its
+ * stack back) and takes no pool packet, which on shm serve receives (Q1
+ * in server.c). Past the cap of queued copies it waits for the queue to
+ * shrink, still holding no packet, and tries again (the ring first, as
+ * the queue may have emptied). SRV_INLINE_LATER: no copies to dest (ofi,
+ * ibv, or a fault hook set): send it in a packet. */
+static int eager_copy(int dest, const struct proto_hdr *hd, const void *buf, size_t size)
+{
+    for (;;) {
+        int rc = srv_send_copy(dest, hd, sizeof *hd, buf, size);
+        if (rc != SRV_COPY_FULL)
+            return rc;
+        atomic_fetch_add_explicit(&n_copy_waits, 1, memory_order_relaxed);
+        /* a ULT too, as in proto_pkt_alloc: without a server thread the
+         * queue drains only when someone progresses */
+        srv_progress();
+        sched_yield_now();
+        rc = srv_send_inline(dest, hd, sizeof *hd, buf, size);
+        if (rc != SRV_INLINE_LATER)
+            return rc;
+    }
+}
+
 /* An eager message (its credit taken) straight into the transport, no
- * packet (shm), when nothing is queued ahead of it. MPIV_SUCCESS: sent;
- * SRV_INLINE_LATER: not sent, the packet path must carry it, in order;
- * else the error. The caller checked size + header <= inline_max[dest]. */
+ * packet (shm), when nothing is queued ahead of it; else, up to a packet's
+ * size, as a copy that joins the send queue (eager_copy). MPIV_SUCCESS:
+ * sent or queued, the send is complete either way; SRV_INLINE_LATER: not
+ * sent, the packet path must carry it, in order; else the error. The
+ * caller checked size + header <= inline_max[dest]. */
 static inline __attribute__((always_inline)) int send_inline(const void *buf, size_t size,
                                                              int dest, int tag, int ctx)
 {
@@ -1010,6 +1039,8 @@ static inline __attribute__((always_inline)) int send_inline(const void *buf, si
     hd.tag = (uint32_t)tag;
     hd.size = size;
     int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
+    if (rc == SRV_INLINE_LATER && size <= proto.eager_limit)
+        rc = eager_copy(dest, &hd, buf, size);
     /* not sent: whatever it carried is still ours to give */
     if (rc != MPIV_SUCCESS && hd.credit)
         atomic_fetch_add_explicit(&proto.owed[dest], (long)hd.credit, memory_order_relaxed);
@@ -1211,9 +1242,10 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag)
     if (rc)
         return rc;
     /* The common case needs no request: an eager message that goes
-     * straight into the transport is complete when it returns. Else (no
-     * credit, or the transport queues) the credit goes back and the
-     * general path below takes it again, or takes the RTS. */
+     * straight into the transport, or on shm joins its queue as a copy,
+     * is complete when it returns. Else (no credit, larger than a packet
+     * with the ring full, or a fault hook set) the credit goes back and
+     * the general path below takes it again, or takes the RTS. */
     if (size + sizeof(struct proto_hdr) <= proto.inline_max[dest] &&
         size <= proto_eager_max(dest)) {
         long cost = credit_cost(size);

@@ -119,6 +119,8 @@ struct proto_stats {
     uint64_t aborts_sent, aborts_received;
     uint64_t credit_packets;  /* explicit CREDIT packets sent           */
     uint64_t eager_as_rts;    /* small sends that went as RTS (no credit) */
+    uint64_t copy_waits;      /* rounds eager senders waited for the queue
+                                 of copies to shrink (eager_copy)         */
     /* Receiver-driven rendezvous (p2p.c): */
     uint64_t reads;           /* RTS whose bytes this rank read itself      */
     uint64_t read_fallbacks;  /* RTS that offered a read, answered by an RTR

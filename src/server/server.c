@@ -550,6 +550,29 @@ int srv_send(pkt_t *p, int peer)
     return rc;
 }
 
+int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, size_t len)
+{
+    int rc = check_peer(peer);
+    if (rc)
+        return rc;
+    size_t total = hlen + len;
+    /* relaxed: a hint, as in srv_send_inline; with a hook set the caller
+     * takes srv_send, where the hook sees the send */
+    if (!srv_g.peer_net[peer]->ops->posts_copies || total > pkt_data_size(srv_g.pool) ||
+        util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        return SRV_INLINE_LATER;
+    pkt_t *c = copy_new(total, peer, true);
+    if (!c)
+        return SRV_COPY_FULL; /* or out of memory: wait for the queue all the same */
+    memcpy(c->data, hdr, hlen);
+    if (len)
+        memcpy(c->data + hlen, payload, len);
+    rc = submit((uintptr_t)c);
+    if (rc != MPIV_SUCCESS)
+        pkt_done(c);
+    return rc;
+}
+
 static int fault_on_write(struct srv_rdma_op *op);
 
 int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint64_t raddr,

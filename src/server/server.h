@@ -95,6 +95,18 @@ int srv_send(pkt_t *p, int peer);
  * While a fault hook is set it always says SRV_INLINE_LATER, so that the
  * hook sees every send. Any thread. */
 int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
+/* srv_send_copy's "too many copies wait already": not an error. */
+#define SRV_COPY_FULL 2
+/* When srv_send_inline said SRV_INLINE_LATER: queues a copy of hdr and
+ * payload, in a heap block instead of a packet, behind what the send queue
+ * holds (so it overtakes nothing), so that the caller takes no packet and
+ * need not wait for the ring: MPIV_SUCCESS (both buffers are free),
+ * SRV_COPY_FULL (SRV_COPY_QUEUE_MAX bytes of copies wait already: nothing
+ * sent; wait for the queue to shrink, still without a packet, see Q1 in
+ * server.c), SRV_INLINE_LATER (no copies on this transport (ofi, ibv send
+ * from registered packets), more than a packet holds, or a fault hook set:
+ * send it with a packet through srv_send), or an error. Any thread. */
+int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
 /* The largest hlen + len srv_send_inline may send to peer: 0 when the
  * transport to it has no such path (ofi, ibv). May exceed a packet. */
 size_t srv_inline_max(int peer);

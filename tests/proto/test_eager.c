@@ -20,6 +20,10 @@
  *    same-key order still holds;
  *  - rendezvous messages longer than a ring, which stream through it on
  *    shm, in both orders and behind a held-up receiver;
+ *  - the same hold-up against one-message ULTs until thousands of their
+ *    sends no longer fit the ring: those are queued as copies, no sender
+ *    blocks (a handful of stacks for all), every message arrives in
+ *    order;
  *  - both ranks flooding each other with eager messages and rendezvous
  *    (RTS) sends while one rank's server is held, rings full both ways;
  *    run with a pool of 8 packets, 64 KiB rings and little eager credit
@@ -40,6 +44,7 @@
 #include "common/test_data.h"
 #include "mpiv.h"
 #include "proto/proto.h"
+#include "sched/sched.h"
 #include "server/srv_int.h"
 
 static int me;
@@ -433,6 +438,114 @@ START_TEST(rendezvous_streams)
 }
 END_TEST
 
+/* One message per ULT towards a receiver whose server is held up: the
+ * ring fills, and what does not fit must join the send queue as copies
+ * (srv_send_copy) instead of waiting for a packet, so that every sender
+ * ends at once and gives its stack back: a handful of stacks for all of
+ * them. Waiting for packets, most would block (the pool holds far fewer
+ * packets than there are senders) and keep a stack each. Every message
+ * arrives, in order. The receiver's server is held until the sender has
+ * queued a few thousand copies (a file both ranks name after mpiv_run's
+ * pid says so), however slow the machine. On ofi, which has no such path
+ * (and whose sends wait for a held receiver), nothing is held and only
+ * the messages are checked. */
+enum { COPIES_WANTED = 3000, ONE_MSG_MAX = 1 << 20 };
+
+static void go_file(char *name, size_t n)
+{
+    snprintf(name, n, "/tmp/mpiv-test-eager-go-%d", (int)getppid());
+}
+
+static enum srv_fault_action hold_until_go(const struct srv_fault_event *ev, void *arg)
+{
+    (void)arg;
+    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
+        char name[64];
+        go_file(name, sizeof name);
+        struct timespec ts = {0, 1000 * 1000};
+        for (int ms = 0; ms < 60000 && access(name, F_OK) != 0; ms++)
+            nanosleep(&ts, NULL);
+    }
+    return SRV_FAULT_PASS;
+}
+
+static void *one_message(void *arg)
+{
+    unsigned i = (unsigned)(uintptr_t)arg;
+    unsigned char m[8];
+    memcpy(m, &i, sizeof i);
+    fill(m + 4, 4, i);
+    int rc = mpiv_send(m, sizeof m, 1, 12);
+    return (void *)(intptr_t)rc;
+}
+
+START_TEST(one_message_ults_never_block)
+{
+    trace("start one_message_ults_never_block");
+    char go[64];
+    go_file(go, sizeof go);
+    struct srv_stats s0, s1;
+    struct sched_stack_stats k0, k1;
+    bool copying = srv_inline_max(1 - me) > 0; /* shm */
+    if (me == 1 && copying) {
+        atomic_store(&stalled, 0);
+        srv_fault_set(hold_until_go, NULL);
+    }
+    OK(mpiv_barrier());
+    int bad = -1;
+    unsigned n = 0;
+    if (me == 0) {
+        srv_get_stats(&s0);
+        sched_stack_stats(&k0);
+        /* one at a time from main: each ULT's send keeps the order */
+        for (s1 = s0; n < ONE_MSG_MAX; n++) {
+            if (n % 256 == 0) {
+                srv_get_stats(&s1);
+                if (!copying ? n >= 2000 : s1.copies - s0.copies >= COPIES_WANTED)
+                    break;
+            }
+            mpiv_ult_t u;
+            void *rc;
+            OK(mpiv_ult_spawn(one_message, (void *)(uintptr_t)n, 0, &u));
+            OK(mpiv_ult_join(u, &rc));
+            if (bad < 0 && (intptr_t)rc != MPIV_SUCCESS)
+                bad = (int)n;
+        }
+        sched_stack_stats(&k1);
+        FILE *f = fopen(go, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+        OK(mpiv_send(&n, sizeof n, 1, 13));
+    } else {
+        OK(mpiv_recv(&n, sizeof n, 0, 13, NULL));
+        for (unsigned i = 0; i < n; i++) {
+            unsigned char m[8], want[4];
+            mpiv_status_t st;
+            OK(mpiv_recv(m, sizeof m, 0, 12, &st));
+            fill(want, 4, i);
+            unsigned got;
+            memcpy(&got, m, sizeof got);
+            if (bad < 0 && (st.size != 8 || got != i || memcmp(m + 4, want, 4) != 0))
+                bad = (int)i;
+        }
+        srv_fault_set(NULL, NULL);
+    }
+    OK(mpiv_barrier());
+    if (me == 0)
+        unlink(go);
+    ck_assert_msg(bad < 0, "message %d failed or came wrong", bad);
+    if (me == 0 && copying) {
+        ck_assert_msg(s1.copies - s0.copies >= COPIES_WANTED,
+                      "%u sends and only %llu queued as copies", n,
+                      (unsigned long long)(s1.copies - s0.copies));
+        ck_assert_msg(k1.made - k0.made <= 16,
+                      "%llu stacks made for %u one-message ULTs (%llu sends queued as copies)",
+                      (unsigned long long)(k1.made - k0.made), n,
+                      (unsigned long long)(s1.copies - s0.copies));
+    }
+}
+END_TEST
+
 /* Both ranks post FLOOD_N receives, then send each other FLOOD_N messages
  * of one key: three eager ones of FLOOD_EAGER bytes, then a synchronous
  * one (always an RTS), and so on, all non-blocking, from one thread; then
@@ -566,6 +679,7 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, tiny_flood_needs_no_credit);
     tcase_add_test(tc, full_ring_in_order);
     tcase_add_test(tc, rendezvous_streams);
+    tcase_add_test(tc, one_message_ults_never_block);
     suite_add_tcase(s, tc);
     TCase *flood = tcase_create("crossflood");
     tcase_set_timeout(flood, 300);
