@@ -1120,6 +1120,9 @@ static void log_traffic(void)
         return;
     struct srv_net_stats st[SRV_MAX_NETS];
     int n = srv_get_net_stats(st, SRV_MAX_NETS);
+    /* relaxed: a statistic, read once the sends are done */
+    util_log_info("server: %lu sends waited in the queue as copies (Q1)",
+                  atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed));
     for (int k = 0; k < n; k++)
         util_log_info("server: traffic via %s: %" PRIu64 " messages %" PRIu64 " bytes, %" PRIu64
                       " writes %" PRIu64 " bytes, %" PRIu64 " reads %" PRIu64 " bytes",
@@ -1216,6 +1219,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
                   srv_backend_name(), boot_method_name());
     log_routes();
     memset(&srv_g.stats, 0, sizeof srv_g.stats);
+    atomic_store_explicit(&srv_g.copies_made, 0, memory_order_relaxed);
     atomic_store(&srv_g.stop, 0);
     srv_g.inited = true;
     *rank = srv_g.rank;
