@@ -43,6 +43,9 @@
 #include "util/spinlock.h"
 
 #define SRV_BATCH 16
+/* Bytes of copies queued past which srv_send_copy refuses (SRV_COPY_FULL,
+ * Q1 below): about two million tiny messages. */
+#define SRV_COPY_QUEUE_MAX (256l << 20)
 /* Backends in one job: shm for the ranks of our host and one network
  * backend for the others (MPIV_NET=auto across hosts), or a single one. */
 #define SRV_MAX_NETS 2
@@ -112,6 +115,7 @@ static struct srv_state {
      * Relaxed: the first only bounds memory, the second is a statistic. */
     atomic_long copies_queued;
     atomic_ulong copies_made;
+    atomic_long copy_cap; /* srv_send_copy's bound: SRV_COPY_QUEUE_MAX, or a test's */
     atomic_uchar *peer_dead;
 
     /* Fault injection (tests only): the hook, and what it held back. */
@@ -146,6 +150,7 @@ static struct srv_state {
     .progress_lock = UTIL_SPINLOCK_INIT,
     .q_lock = UTIL_SPINLOCK_INIT,
     .fault_lock = UTIL_SPINLOCK_INIT,
+    .copy_cap = SRV_COPY_QUEUE_MAX,
     .spin_ns = 20000,
     .max_sleep_ns = 50000,
 };
@@ -233,6 +238,13 @@ int srv_all_on_one_host(bool *one_host)
     for (int r = 0; r < size; r++)
         *one_host = *one_host && host[r] == 0;
     return MPIV_SUCCESS;
+}
+
+void srv_set_copy_cap(long bytes)
+{
+    /* relaxed: a bound that senders read on each copy, nothing more */
+    atomic_store_explicit(&srv_g.copy_cap, bytes > 0 ? bytes : SRV_COPY_QUEUE_MAX,
+                          memory_order_relaxed);
 }
 
 void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns)
@@ -332,15 +344,11 @@ uint64_t srv_peer_arrivals(int peer)
  * (whose indices are below the pool's size) nor proto's heap blocks
  * (UINT32_MAX, which never reach the server). */
 #define SRV_COPY_IDX (UINT32_MAX - 1)
-/* Bytes of copies queued past which srv_send_copy refuses (SRV_COPY_FULL):
- * about two million tiny messages. */
-#define SRV_COPY_QUEUE_MAX (256l << 20)
-
 static size_t copy_bytes(size_t len) { return (sizeof(pkt_t) + len + 63) & ~(size_t)63; }
 
 /* A heap block shaped like a packet for len bytes to peer, counted in
  * copies_queued; NULL if out of memory, or if `capped` and the queued
- * copies would pass SRV_COPY_QUEUE_MAX. */
+ * copies would pass copy_cap (SRV_COPY_QUEUE_MAX). */
 static pkt_t *copy_new(size_t len, int peer, bool capped)
 {
     long bytes = (long)copy_bytes(len);
@@ -348,7 +356,8 @@ static pkt_t *copy_new(size_t len, int peer, bool capped)
      * bounds memory */
     long was = atomic_fetch_add_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
     pkt_t *c = NULL;
-    if (!capped || was + bytes <= SRV_COPY_QUEUE_MAX)
+    if (!capped ||
+        was + bytes <= atomic_load_explicit(&srv_g.copy_cap, memory_order_relaxed))
         c = aligned_alloc(64, (size_t)bytes);
     if (!c) {
         atomic_fetch_sub_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);

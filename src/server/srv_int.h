@@ -162,6 +162,10 @@ void srv_mr_cache_stats(struct srv_mr_stats *st);
 
 /* --- the core's knobs and counters (tests, benchmarks) ------------------ */
 
+/* The bytes of eager copies that may wait in the send queue before
+ * srv_send_copy says SRV_COPY_FULL (Q1 in server.c); 0 restores the
+ * default, SRV_COPY_QUEUE_MAX. For tests of the senders' wait. */
+void srv_set_copy_cap(long bytes);
 /* Idle backoff of the server thread: spin (then yield as long again) for
  * spin_ns, then sleep in doubling steps up to max_sleep_ns. */
 void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns);

@@ -24,6 +24,9 @@
  *    sends no longer fit the ring: those are queued as copies, no sender
  *    blocks (a handful of stacks for all), every message arrives in
  *    order;
+ *  - past the cap on queued copies (lowered for the test) a sender waits
+ *    for the queue to shrink instead of taking a packet, and every
+ *    message still arrives, in order;
  *  - both ranks flooding each other with eager messages and rendezvous
  *    (RTS) sends while one rank's server is held, rings full both ways;
  *    run with a pool of 8 packets, 64 KiB rings and little eager credit
@@ -546,6 +549,79 @@ START_TEST(one_message_ults_never_block)
 }
 END_TEST
 
+/* The cap on queued copies, lowered to CAP_BYTES on rank 0 (about 128
+ * tiny messages), while rank 1's server is held for CAP_HOLD_MS at its
+ * first arrival: rank 0's CAP_N tiny sends fill the ring, then the
+ * queue up to the cap, and the rest must wait (eager_copy) until rank 1
+ * drains, then go, in order. On ofi there are no copies: only the
+ * messages are checked. */
+enum { CAP_N = 80000, CAP_BYTES = 16 << 10, CAP_HOLD_MS = 1000 };
+
+static enum srv_fault_action hold_cap(const struct srv_fault_event *ev, void *arg)
+{
+    (void)arg;
+    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
+        struct timespec ts = {CAP_HOLD_MS / 1000, (CAP_HOLD_MS % 1000) * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return SRV_FAULT_PASS;
+}
+
+START_TEST(copy_cap_waits_in_order)
+{
+    trace("start copy_cap_waits_in_order");
+    bool copying = srv_inline_max(1 - me) > 0; /* shm */
+    struct proto_stats p0, p1;
+    struct srv_stats s0, s1;
+    OK(mpiv_barrier());
+    int bad = -1;
+    if (me == 0) {
+        srv_set_copy_cap(CAP_BYTES);
+        proto_get_stats(&p0);
+        srv_get_stats(&s0);
+        for (unsigned i = 0; i < CAP_N; i++) {
+            unsigned char m[8];
+            memcpy(m, &i, sizeof i);
+            fill(m + 4, 4, i);
+            int rc = mpiv_send(m, sizeof m, 1, 14);
+            if (rc != MPIV_SUCCESS && bad < 0)
+                bad = (int)i;
+        }
+        proto_get_stats(&p1);
+        srv_get_stats(&s1);
+        srv_set_copy_cap(0);
+    } else {
+        if (copying) {
+            atomic_store(&stalled, 0);
+            srv_fault_set(hold_cap, NULL);
+        }
+        for (unsigned i = 0; i < CAP_N; i++) {
+            unsigned char m[8], want[4];
+            mpiv_status_t st;
+            OK(mpiv_recv(m, sizeof m, 0, 14, &st));
+            fill(want, 4, i);
+            unsigned got;
+            memcpy(&got, m, sizeof got);
+            if (bad < 0 && (st.size != 8 || got != i || memcmp(m + 4, want, 4) != 0))
+                bad = (int)i;
+        }
+        srv_fault_set(NULL, NULL);
+    }
+    OK(mpiv_barrier());
+    ck_assert_msg(bad < 0, "message %d failed or came wrong", bad);
+    if (me == 0 && copying) {
+        ck_assert_msg(s1.copies > s0.copies, "no send was queued as a copy");
+        ck_assert_msg(p1.copy_waits > p0.copy_waits,
+                      "no sender waited at the cap (%llu copies)",
+                      (unsigned long long)(s1.copies - s0.copies));
+        if (getenv("EAGER_TRACE"))
+            fprintf(stderr, "rank 0: %llu copies, %llu rounds waited at the cap\n",
+                    (unsigned long long)(s1.copies - s0.copies),
+                    (unsigned long long)(p1.copy_waits - p0.copy_waits));
+    }
+}
+END_TEST
+
 /* Both ranks post FLOOD_N receives, then send each other FLOOD_N messages
  * of one key: three eager ones of FLOOD_EAGER bytes, then a synchronous
  * one (always an RTS), and so on, all non-blocking, from one thread; then
@@ -680,6 +756,7 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, full_ring_in_order);
     tcase_add_test(tc, rendezvous_streams);
     tcase_add_test(tc, one_message_ults_never_block);
+    tcase_add_test(tc, copy_cap_waits_in_order);
     suite_add_tcase(s, tc);
     TCase *flood = tcase_create("crossflood");
     tcase_set_timeout(flood, 300);
