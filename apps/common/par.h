@@ -81,6 +81,8 @@ void par_barrier(void);
 void par_bcast(void *buf, size_t size, int root);
 void par_allreduce_i64(const int64_t *in, int64_t *out, size_t n, enum par_op op);
 void par_allreduce_f64(const double *in, double *out, size_t n, enum par_op op);
+/* size bytes of in from every rank into out (P * size bytes), in rank order. */
+void par_allgather(const void *in, void *out, size_t size);
 
 /* Prints on stderr with the rank in front, then par_abort(1). */
 void par_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

@@ -241,6 +241,11 @@ void par_bcast(void *buf, size_t size, int root)
     check(MPI_Bcast(buf, count_of(size), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
 }
 
+void par_allgather(const void *in, void *out, size_t size)
+{
+    check(MPI_Allgather(in, count_of(size), MPI_BYTE, out, count_of(size), MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
+}
+
 static MPI_Op op_of(enum par_op op) { return op == PAR_SUM ? MPI_SUM : op == PAR_MIN ? MPI_MIN : MPI_MAX; }
 
 void par_allreduce_i64(const int64_t *in, int64_t *out, size_t n, enum par_op op)

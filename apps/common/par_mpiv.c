@@ -198,3 +198,8 @@ void par_allreduce_f64(const double *in, double *out, size_t n, enum par_op op)
 {
     check(mpiv_allreduce(in, out, n, MPIV_DOUBLE, op_of(op)), "mpiv_allreduce");
 }
+
+void par_allgather(const void *in, void *out, size_t size)
+{
+    check(mpiv_allgather(in, out, size, MPIV_BYTE, MPIV_COMM_WORLD), "mpiv_allgather");
+}
