@@ -21,7 +21,7 @@
  *    unvisited local vertex scans its neighbours until it meets one in the
  *    frontier, which becomes its parent; no requests are sent at all.
  *
- * The switch follows the paper's heuristic with its constants: go
+ * The switch (direction.h) follows the paper's heuristic with its constants: go
  * bottom-up when the frontier's edges m_f exceed the unvisited vertices'
  * edges m_u / alpha (alpha 14) while the frontier grows, come back top-down
  * when the frontier's vertices n_f fall below n / beta (beta 24) while it
@@ -37,6 +37,7 @@
 
 #include <mpi.h>
 
+#include "direction.h"
 #include "driver.h"
 #include "opts.h"
 #include "par.h"
@@ -44,8 +45,7 @@
 struct xbfs {
     const struct graph *g;
     int P, me;
-    double alpha, beta;
-    int top_down_only;
+    struct bfs_dir_config dc;
     int64_t W;             /* words of one rank's bitmap: ceil(max nlocal / 64) */
     uint64_t *visited;     /* W words, bit lv: local vertex lv visited */
     uint64_t *front_bm;    /* W words: this level's frontier (bottom-up) */
@@ -59,9 +59,6 @@ struct xbfs {
     int *scounts, *sdispls, *rcounts, *rdispls;
     int64_t levels_td, levels_bu; /* over all roots, for the report */
 };
-
-static inline int bit_test(const uint64_t *bm, int64_t i) { return (int)(bm[i >> 6] >> (i & 63)) & 1; }
-static inline void bit_set(uint64_t *bm, int64_t i) { bm[i >> 6] |= 1ULL << (i & 63); }
 
 static void *xbfs_alloc(size_t n, size_t size)
 {
@@ -89,9 +86,9 @@ static void grow_segments(struct xbfs *x, int64_t need, const int64_t *cnt)
 /* Marks local vertex lw visited with global parent `par`, if it was not. */
 static inline int64_t claim(struct xbfs *x, int64_t *parent, int64_t lw, int64_t par)
 {
-    if (bit_test(x->visited, lw))
+    if (bm_test(x->visited, lw))
         return 0;
-    bit_set(x->visited, lw);
+    bm_set(x->visited, lw);
     parent[lw] = par;
     return 1;
 }
@@ -120,7 +117,7 @@ static int64_t top_down(struct xbfs *x, int64_t *parent, int64_t nfront, int64_t
             }
             if (cnt[o] == x->seg)
                 grow_segments(x, cnt[o] + 1, cnt);
-            x->sbuf[(size_t)o * (size_t)x->seg + (size_t)cnt[o]++] = (uint64_t)lw << 32 | (uint64_t)gu;
+            x->sbuf[(size_t)o * (size_t)x->seg + (size_t)cnt[o]++] = req_pack(lw, gu);
         }
     }
     if (P > 1) {
@@ -144,7 +141,7 @@ static int64_t top_down(struct xbfs *x, int64_t *parent, int64_t nfront, int64_t
         MPI_Alltoallv(x->sbuf, x->scounts, x->sdispls, MPI_UINT64_T, x->rbuf, x->rcounts, x->rdispls, MPI_UINT64_T,
                       MPI_COMM_WORLD);
         for (int64_t i = 0; i < total; i++) {
-            int64_t lw = (int64_t)(x->rbuf[i] >> 32), gu = (int64_t)(x->rbuf[i] & 0xffffffffu);
+            int64_t lw = req_local(x->rbuf[i]), gu = req_parent(x->rbuf[i]);
             if (claim(x, parent, lw, gu)) {
                 x->next[nnext++] = lw;
                 edges += g->off[lw + 1] - g->off[lw];
@@ -172,9 +169,9 @@ static int64_t bottom_up(struct xbfs *x, int64_t *parent, int64_t *mf)
                 break;
             for (int64_t k = g->off[lv]; k < g->off[lv + 1]; k++) {
                 int64_t w = g->adj[k];
-                if (bit_test(x->all_front + (size_t)graph_owner(g, w) * (size_t)W, graph_local(g, w))) {
-                    bit_set(x->visited, lv);
-                    bit_set(x->next_bm, lv);
+                if (bm_test(x->all_front + (size_t)graph_owner(g, w) * (size_t)W, graph_local(g, w))) {
+                    bm_set(x->visited, lv);
+                    bm_set(x->next_bm, lv);
                     parent[lv] = w;
                     nnext++;
                     edges += g->off[lv + 1] - g->off[lv];
@@ -198,12 +195,12 @@ static double xbfs_run(void *state, int64_t root, int64_t *parent)
     int64_t mu = g->off[g->nlocal]; /* local edges of unvisited vertices */
     if (graph_owner(g, root) == x->me) {
         int64_t lr = graph_local(g, root);
-        bit_set(x->visited, lr);
+        bm_set(x->visited, lr);
         parent[lr] = root;
         x->front[nfront++] = lr;
         mu -= g->off[lr + 1] - g->off[lr];
     }
-    int bottom = 0;    /* this level goes bottom-up */
+    int bottom = bfs_dir_first(&x->dc); /* this level goes bottom-up */
     int as_bitmap = 0; /* the frontier is in front_bm, not front[] */
     int64_t nf_global = 1, prev_nf = 0, mf_global = 0, mu_global = 0;
 
@@ -215,7 +212,7 @@ static double xbfs_run(void *state, int64_t root, int64_t *parent)
             if (!as_bitmap) {
                 memset(x->front_bm, 0, (size_t)x->W * sizeof *x->front_bm);
                 for (int64_t i = 0; i < nfront; i++)
-                    bit_set(x->front_bm, x->front[i]);
+                    bm_set(x->front_bm, x->front[i]);
             }
             nnext = bottom_up(x, parent, &mf);
             uint64_t *t = x->front_bm;
@@ -227,7 +224,7 @@ static double xbfs_run(void *state, int64_t root, int64_t *parent)
             if (as_bitmap) {
                 nfront = 0;
                 for (int64_t lv = 0; lv < g->nlocal; lv++)
-                    if (bit_test(x->front_bm, lv))
+                    if (bm_test(x->front_bm, lv))
                         x->front[nfront++] = lv;
             }
             nnext = top_down(x, parent, nfront, &mf);
@@ -247,20 +244,14 @@ static double xbfs_run(void *state, int64_t root, int64_t *parent)
         mu_global = out[2];
         if (nf_global == 0)
             break;
-        if (x->top_down_only)
-            continue;
-        if (!bottom && mf_global > (double)mu_global / x->alpha && nf_global > prev_nf)
-            bottom = 1;
-        else if (bottom && nf_global < (double)g->n / x->beta && nf_global < prev_nf)
-            bottom = 0;
+        bottom = bfs_dir_next(&x->dc, bottom, g->n, nf_global, prev_nf, mf_global, mu_global);
     }
     return MPI_Wtime() - t0;
 }
 
 struct config {
     struct bfs_config bc;
-    double alpha, beta;
-    int top_down_only;
+    struct bfs_dir_config dc;
 };
 
 static void *xbfs_setup(const struct graph *g, void *arg)
@@ -270,9 +261,7 @@ static void *xbfs_setup(const struct graph *g, void *arg)
     x->g = g;
     x->P = g->nranks;
     x->me = g->me;
-    x->alpha = c->alpha;
-    x->beta = c->beta;
-    x->top_down_only = c->top_down_only;
+    x->dc = c->dc;
     int64_t maxlocal = (g->n + g->nranks - 1) / g->nranks;
     x->W = (maxlocal + 63) / 64;
     x->visited = xbfs_alloc((size_t)x->W, sizeof *x->visited);
@@ -323,26 +312,13 @@ static const char usage[] =
     "frontier is large (direction-optimizing BFS, Beamer et al. 2012).\n"
     "Same graph, roots and Graph500 validation as bfs; reports harmonic-mean TEPS.\n"
     BFS_COMMON_USAGE
-    "  --alpha A        go bottom-up when frontier edges > unvisited edges / A\n"
-    "                   (default 14)\n"
-    "  --beta B         go top-down when frontier vertices < vertices / B (default 24)\n"
-    "  --top-down-only  never go bottom-up\n"
+    BFS_DIR_USAGE
     "Exit status: 0 valid, 1 validation or runtime failure, 2 bad arguments.\n";
 
 static int match_opt(struct opts *o, void *ctx)
 {
     struct config *c = ctx;
-    if (bfs_common_opt(o, &c->bc))
-        return 1;
-    if (opts_match(o, "--alpha", 1))
-        c->alpha = opts_f64(o, "--alpha", 1e-6, 1e12);
-    else if (opts_match(o, "--beta", 1))
-        c->beta = opts_f64(o, "--beta", 1e-6, 1e12);
-    else if (opts_match(o, "--top-down-only", 0))
-        c->top_down_only = 1;
-    else
-        return 0;
-    return 1;
+    return bfs_common_opt(o, &c->bc) || bfs_dir_opt(o, &c->dc);
 }
 
 static void parse_args(int argc, char **argv, struct config *c)
@@ -355,7 +331,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     par_init(&argc, &argv); /* for driver.c and validate.c */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
-    struct config c = {BFS_CONFIG_DEFAULT, 14.0, 24.0, 0};
+    struct config c = {BFS_CONFIG_DEFAULT, BFS_DIR_CONFIG_DEFAULT};
     parse_args(argc, argv, &c);
     struct bfs_kernel k = {"expert MPI, Alltoallv + direction-optimizing", xbfs_setup, xbfs_run, xbfs_teardown, &c};
     int rc = bfs_drive(&c.bc, &k, "1 thread");
