@@ -4,30 +4,45 @@
  * shape onto pthreads; bfs_expert.c is the BFS an MPI programmer would
  * write).
  *
- * Level-synchronous BFS over a 1D-distributed Kronecker graph (graph.h).
- * In every level each rank
- *   - runs one task per chunk of its frontier (par_for: a ULT each on MPIv):
- *     the task visits local neighbours itself (a compare-and-swap on the
- *     parent array) and batches (vertex, parent) visit requests for remote
- *     neighbours into one buffer per owner rank, sent when full;
- *   - runs `recv` receiving tasks per peer rank that apply visit requests as
- *     they arrive;
- *   - once its chunk tasks are done, sends every receiving task of every peer
- *     an empty message. Messages with the same (source, tag) are matched in
- *     order, so all requests of the level reach the receivers before the
- *     empty ones: a receiver that got an empty message has nothing more to
- *     wait for this level;
- *   - adds up the next frontier over all ranks (allreduce): zero ends the BFS.
- * The allreduce also keeps levels apart: no rank starts sending level k+1
- * before every rank has joined its receivers of level k.
+ * Level-synchronous, direction-optimizing BFS (direction.h) over a
+ * 1D-distributed Kronecker graph (graph.h). Each level goes one of two ways:
+ *
+ *  - top-down, while the frontier is small: one task per chunk of the
+ *    frontier (par_for: a ULT each on MPIv) visits local neighbours itself
+ *    (a bit claimed in the visited bitmap) and batches 64-bit visit requests
+ *    for remote neighbours into one buffer per owner, sent as soon as it is
+ *    full, so that messages leave while other tasks still compute; `recv`
+ *    receiving tasks per peer rank apply the requests as they arrive. Once
+ *    its chunk tasks are done a rank sends every receiving task of every
+ *    peer an empty message. Messages with the same (source, tag) are matched
+ *    in order, so a receiver that got its empty message has all requests of
+ *    the level: a per-peer count, no barrier;
+ *  - bottom-up, while it is large: the frontier is a bitmap, gathered from
+ *    every rank (par_allgather), and one task per run of bitmap words checks
+ *    each of its unvisited vertices' neighbours until one is in the
+ *    frontier. No requests at all; each task owns its words, so no atomics.
+ *
+ * One allreduce per level adds up the next frontier's vertices and edges
+ * and the unvisited vertices' edges: it ends the search (no frontier left),
+ * chooses the next level's direction, and keeps levels apart (no rank sends
+ * requests of level k+1 before every rank has joined its receivers of
+ * level k).
+ *
+ * The kernel keeps its own copy of the adjacency as 32-bit positions:
+ * owner << sbits | owner's local index, where 2^sbits is the local vertex
+ * count rounded up to a power of two. The owner and local index of a
+ * neighbour are then a shift and a mask for any rank count (graph.h's v % P
+ * and v / P are 64-bit divisions), the position is the neighbour's bit in
+ * the gathered frontier (rank r's bitmap is words [r W, (r+1) W) of it), and
+ * a scan reads half the bytes of graph.h's 64-bit ids.
  *
  * The graph, the roots, the validation and the report are driver.c's.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "direction.h"
 #include "driver.h"
 #include "opts.h"
 #include "par.h"
@@ -36,14 +51,27 @@ enum { TAG_VISIT = 1 };
 
 struct bfs {
     const struct graph *g;
-    int chunk;        /* frontier vertices per task */
-    int recv;         /* receiving tasks per peer rank */
-    int bufcap;       /* visit requests per message */
-    int64_t *parent;  /* per local vertex: global parent id, -1 unvisited */
-    int64_t *front;   /* local ids of this level's frontier */
+    struct bfs_dir_config dc;
+    int chunk;          /* frontier vertices per top-down task */
+    int words;          /* bitmap words per bottom-up task */
+    int recv;           /* receiving tasks per peer rank */
+    int bufcap;         /* visit requests per message */
+    int P, me, sbits;
+    uint32_t smask;     /* 2^sbits - 1 */
+    int64_t W;          /* words of one rank's bitmap: 2^sbits / 64 */
+    int64_t nwords;     /* words that hold this rank's nlocal vertices */
+    uint32_t *adj;      /* g->off-indexed positions (see above) */
+    int64_t *parent;    /* per local vertex: global parent id, -1 unvisited */
+    uint64_t *visited;  /* W words */
+    uint64_t *front_bm; /* W words: this level's frontier, bottom-up */
+    uint64_t *next_bm;  /* W words: the next one's */
+    uint64_t *all_front;/* P * W words: every rank's front_bm */
+    uint32_t *front;    /* local ids of this level's frontier, top-down */
     int64_t nfront;
-    int64_t *next;    /* local ids of the next level, appended atomically */
-    int64_t nnext;
+    uint32_t *next;     /* the next level's, appended atomically */
+    int64_t nnext;      /* atomic */
+    int64_t mf;         /* atomic: edges of the next frontier */
+    int64_t levels_td, levels_bu; /* over all roots, for the report */
 };
 
 struct level {
@@ -51,46 +79,49 @@ struct level {
     int peer;
 };
 
-static inline void visit(struct bfs *b, int64_t lw, int64_t par)
+/* Global id of the vertex at position pos. */
+static inline int64_t pos_global(const struct bfs *b, uint32_t pos)
 {
-    int64_t expected = -1;
-    if (__atomic_load_n(&b->parent[lw], __ATOMIC_RELAXED) != -1)
-        return;
-    /* Relaxed is enough: next[] and parent[] are read only after the tasks
-     * that wrote them have been joined. */
-    if (__atomic_compare_exchange_n(&b->parent[lw], &expected, par, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-        int64_t k = __atomic_fetch_add(&b->nnext, 1, __ATOMIC_RELAXED);
-        b->next[k] = lw;
-    }
+    return (int64_t)(pos & b->smask) * b->P + (int64_t)(pos >> b->sbits);
 }
 
-static void expand_chunk(void *arg, int64_t c)
+static inline void visit(struct bfs *b, uint32_t lw, int64_t par)
+{
+    if (!bm_claim(b->visited, lw))
+        return;
+    b->parent[lw] = par;
+    b->next[__atomic_fetch_add(&b->nnext, 1, __ATOMIC_RELAXED)] = lw;
+}
+
+static void top_down_chunk(void *arg, int64_t c)
 {
     struct bfs *b = arg;
-    const struct graph *g = b->g;
-    int P = g->nranks, me = g->me;
+    const int64_t *off = b->g->off;
+    int P = b->P, me = b->me, sbits = b->sbits;
+    uint32_t smask = b->smask;
+    size_t cap = (size_t)b->bufcap;
     int64_t lo = c * b->chunk, hi = lo + b->chunk;
     if (hi > b->nfront)
         hi = b->nfront;
-    int64_t *buf = P > 1 ? malloc((size_t)P * (size_t)b->bufcap * 2 * sizeof *buf) : NULL;
-    int64_t *fill = P > 1 ? calloc((size_t)P, sizeof *fill) : NULL;
+    uint64_t *buf = P > 1 ? malloc((size_t)P * cap * sizeof *buf) : NULL;
+    size_t *fill = P > 1 ? calloc((size_t)P, sizeof *fill) : NULL;
     if (P > 1 && (!buf || !fill))
         par_die("bfs: out of memory for send buffers");
     for (int64_t i = lo; i < hi; i++) {
-        int64_t lu = b->front[i];
-        int64_t gu = graph_global(g, lu);
-        for (int64_t k = g->off[lu]; k < g->off[lu + 1]; k++) {
-            int64_t w = g->adj[k];
-            int o = graph_owner(g, w);
+        uint32_t lu = b->front[i];
+        int64_t gu = (int64_t)lu * P + me;
+        for (int64_t k = off[lu]; k < off[lu + 1]; k++) {
+            uint32_t pos = b->adj[k];
+            int o = (int)(pos >> sbits);
+            uint32_t lw = pos & smask;
             if (o == me) {
-                visit(b, graph_local(g, w), gu);
+                visit(b, lw, gu);
                 continue;
             }
-            int64_t *p = buf + ((size_t)o * (size_t)b->bufcap + (size_t)fill[o]) * 2;
-            p[0] = w;
-            p[1] = gu;
-            if (++fill[o] == b->bufcap) {
-                par_send(buf + (size_t)o * (size_t)b->bufcap * 2, (size_t)fill[o] * 2 * sizeof *buf, o, TAG_VISIT);
+            uint64_t *seg = buf + (size_t)o * cap;
+            seg[fill[o]] = req_pack(lw, gu);
+            if (++fill[o] == cap) {
+                par_send(seg, cap * sizeof *buf, o, TAG_VISIT);
                 fill[o] = 0;
                 /* Let this worker's receivers drain what the peers sent us
                  * before sending more: a worker that only sends lets
@@ -99,9 +130,9 @@ static void expand_chunk(void *arg, int64_t c)
             }
         }
     }
-    for (int o = 0; o < P; o++)
-        if (o != me && fill && fill[o])
-            par_send(buf + (size_t)o * (size_t)b->bufcap * 2, (size_t)fill[o] * 2 * sizeof *buf, o, TAG_VISIT);
+    for (int o = 0; o < P && fill; o++)
+        if (fill[o])
+            par_send(buf + (size_t)o * cap, fill[o] * sizeof *buf, o, TAG_VISIT);
     free(buf);
     free(fill);
 }
@@ -110,68 +141,151 @@ static void *receiver(void *arg)
 {
     struct level *l = arg;
     struct bfs *b = l->b;
-    const struct graph *g = b->g;
-    int64_t *buf = malloc((size_t)b->bufcap * 2 * sizeof *buf);
+    uint64_t *buf = malloc((size_t)b->bufcap * sizeof *buf);
     if (!buf)
         par_die("bfs: out of memory for a receive buffer");
     for (;;) {
-        size_t got = par_recv(buf, (size_t)b->bufcap * 2 * sizeof *buf, l->peer, TAG_VISIT);
+        size_t got = par_recv(buf, (size_t)b->bufcap * sizeof *buf, l->peer, TAG_VISIT);
         if (got == 0)
             break;
-        size_t npairs = got / (2 * sizeof *buf);
-        for (size_t i = 0; i < npairs; i++)
-            visit(b, graph_local(g, buf[2 * i]), buf[2 * i + 1]);
+        for (size_t i = 0; i < got / sizeof *buf; i++)
+            visit(b, (uint32_t)req_local(buf[i]), req_parent(buf[i]));
     }
     free(buf);
     return NULL;
+}
+
+/* One top-down level: front[] to next[]. */
+static void top_down(struct bfs *b, struct level *lv, par_task_t **rt)
+{
+    static const uint64_t empty = 0;
+    int P = b->P, me = b->me, k = 0;
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < b->recv && p != me; r++, k++) {
+            lv[k] = (struct level){b, p};
+            rt[k] = par_spawn(receiver, &lv[k], k + 1);
+        }
+    par_for((b->nfront + b->chunk - 1) / b->chunk, top_down_chunk, b);
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < b->recv && p != me; r++)
+            par_send(&empty, 0, p, TAG_VISIT);
+    for (int i = 0; i < k; i++)
+        par_join(rt[i]);
+    const int64_t *off = b->g->off;
+    int64_t mf = 0;
+    for (int64_t i = 0; i < b->nnext; i++)
+        mf += off[b->next[i] + 1] - off[b->next[i]];
+    b->mf = mf;
+}
+
+static void bottom_up_chunk(void *arg, int64_t c)
+{
+    struct bfs *b = arg;
+    const int64_t *off = b->g->off;
+    const uint64_t *all = b->all_front;
+    int64_t nlocal = b->g->nlocal, wlo = c * b->words, whi = wlo + b->words;
+    if (whi > b->nwords)
+        whi = b->nwords;
+    int64_t found_n = 0, edges = 0;
+    for (int64_t wi = wlo; wi < whi; wi++) {
+        uint64_t todo = ~b->visited[wi], found = 0;
+        if (wi == b->nwords - 1 && (nlocal & 63))
+            todo &= (1ULL << (nlocal & 63)) - 1;
+        while (todo) {
+            int bit = __builtin_ctzll(todo);
+            todo &= todo - 1;
+            int64_t lv = wi * 64 + bit;
+            for (int64_t k = off[lv]; k < off[lv + 1]; k++) {
+                uint32_t pos = b->adj[k];
+                if (bm_test(all, pos)) {
+                    b->parent[lv] = pos_global(b, pos);
+                    found |= 1ULL << bit;
+                    found_n++;
+                    edges += off[lv + 1] - off[lv];
+                    break;
+                }
+            }
+        }
+        b->visited[wi] |= found;
+        b->next_bm[wi] = found;
+    }
+    __atomic_fetch_add(&b->nnext, found_n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&b->mf, edges, __ATOMIC_RELAXED);
+}
+
+/* One bottom-up level: front_bm to next_bm. */
+static void bottom_up(struct bfs *b)
+{
+    par_allgather(b->front_bm, b->all_front, (size_t)b->W * sizeof *b->front_bm);
+    par_for((b->nwords + b->words - 1) / b->words, bottom_up_chunk, b);
 }
 
 static double bfs_run(void *state, int64_t root, int64_t *parent)
 {
     struct bfs *b = state;
     const struct graph *g = b->g;
+    int P = b->P;
     b->parent = parent;
-    int P = g->nranks, me = g->me;
     for (int64_t i = 0; i < g->nlocal; i++)
-        b->parent[i] = -1;
+        parent[i] = -1;
+    memset(b->visited, 0, (size_t)b->W * sizeof *b->visited);
     b->nfront = 0;
-    b->nnext = 0;
-    if (graph_owner(g, root) == me) {
-        b->parent[graph_local(g, root)] = root;
-        b->front[b->nfront++] = graph_local(g, root);
+    int64_t mu = g->off[g->nlocal]; /* local edges of unvisited vertices */
+    if (graph_owner(g, root) == b->me) {
+        int64_t lr = graph_local(g, root);
+        bm_set(b->visited, lr);
+        parent[lr] = root;
+        b->front[b->nfront++] = (uint32_t)lr;
+        mu -= g->off[lr + 1] - g->off[lr];
     }
     int nrecv = (P - 1) * b->recv;
     struct level *lv = malloc(((size_t)nrecv + 1) * sizeof *lv);
     par_task_t **rt = malloc(((size_t)nrecv + 1) * sizeof *rt);
     if (!lv || !rt)
         par_die("bfs: out of memory");
-    static const int64_t dummy = 0;
+    int bottom = bfs_dir_first(&b->dc);
+    int as_bitmap = 0; /* the frontier is in front_bm, not front[] */
+    int64_t nf = 1;
 
     par_barrier();
     double t0 = par_wtime();
     for (;;) {
-        int k = 0;
-        for (int p = 0; p < P; p++)
-            for (int r = 0; r < b->recv && p != me; r++, k++) {
-                lv[k] = (struct level){b, p};
-                rt[k] = par_spawn(receiver, &lv[k], k + 1);
-            }
-        par_for((b->nfront + b->chunk - 1) / b->chunk, expand_chunk, b);
-        for (int p = 0; p < P; p++)
-            for (int r = 0; r < b->recv && p != me; r++)
-                par_send(&dummy, 0, p, TAG_VISIT);
-        for (int i = 0; i < nrecv; i++)
-            par_join(rt[i]);
-
-        int64_t *t = b->front;
-        b->front = b->next;
-        b->next = t;
-        b->nfront = b->nnext;
         b->nnext = 0;
-        int64_t total;
-        par_allreduce_i64(&b->nfront, &total, 1, PAR_SUM);
-        if (total == 0)
+        b->mf = 0;
+        if (bottom) {
+            if (!as_bitmap) {
+                memset(b->front_bm, 0, (size_t)b->W * sizeof *b->front_bm);
+                for (int64_t i = 0; i < b->nfront; i++)
+                    bm_set(b->front_bm, b->front[i]);
+            }
+            bottom_up(b);
+            uint64_t *t = b->front_bm;
+            b->front_bm = b->next_bm;
+            b->next_bm = t;
+            as_bitmap = 1;
+            b->levels_bu++;
+        } else {
+            if (as_bitmap) {
+                b->nfront = 0;
+                for (int64_t wi = 0; wi < b->nwords; wi++)
+                    for (uint64_t w = b->front_bm[wi]; w; w &= w - 1)
+                        b->front[b->nfront++] = (uint32_t)(wi * 64 + __builtin_ctzll(w));
+            }
+            top_down(b, lv, rt);
+            uint32_t *t = b->front;
+            b->front = b->next;
+            b->next = t;
+            as_bitmap = 0;
+            b->levels_td++;
+        }
+        b->nfront = b->nnext;
+        mu -= b->mf;
+        int64_t in[3] = {b->nnext, b->mf, mu}, out[3];
+        par_allreduce_i64(in, out, 3, PAR_SUM);
+        if (out[0] == 0)
             break;
+        bottom = bfs_dir_next(&b->dc, bottom, g->n, out[0], nf, out[1], out[2]);
+        nf = out[0];
     }
     double t = par_wtime() - t0;
     free(lv);
@@ -181,31 +295,38 @@ static double bfs_run(void *state, int64_t root, int64_t *parent)
 
 struct config {
     struct bfs_config bc;
-    int chunk, recv, bufcap, threads;
+    struct bfs_dir_config dc;
+    int chunk, words, recv, bufcap, threads;
 };
 
 static const char usage[] =
     "Usage: bfs [options]   (start with mpiv_run -n N, or mpiexec for bfs_mpi)\n"
-    "Graph500-style BFS on a Kronecker graph (A=.57 B=.19 C=.19), 1D-distributed.\n"
-    "Every BFS is validated by the Graph500 rules; reports harmonic-mean TEPS.\n"
+    "Graph500-style BFS on a Kronecker graph (A=.57 B=.19 C=.19), 1D-distributed,\n"
+    "direction-optimizing: top-down levels send visit requests, bottom-up levels\n"
+    "gather the frontier bitmaps. Every BFS is validated by the Graph500 rules;\n"
+    "reports harmonic-mean TEPS.\n"
     "bfs runs on MPIv, one ULT per chunk of the frontier. bfs_mpi is its twin:\n"
     "the same program with pthreads instead of ULTs over MPI_THREAD_MULTIPLE,\n"
     "not the way an MPI programmer would write a BFS (that is bfs_expert).\n"
     BFS_COMMON_USAGE
-    "  --chunk C        frontier vertices per task (default 64)\n"
+    BFS_DIR_USAGE
+    "  --chunk C        top-down: frontier vertices per task (default 64)\n"
+    "  --words N        bottom-up: 64-vertex bitmap words per task (default 64)\n"
     "  --recv R         receiving tasks per peer rank (default: 4 ULTs with MPIv,\n"
     "                   1 pthread with MPI, where each one is a polling thread)\n"
-    "  --buf B          visit requests per message (default 256: 4 KiB)\n"
+    "  --buf B          visit requests per message (default 512: 4 KiB)\n"
     "  --threads T      bfs_mpi: pthreads per rank (default cores/ranks); ignored by MPIv\n"
     "Exit status: 0 valid, 1 validation or runtime failure, 2 bad arguments.\n";
 
 static int match_opt(struct opts *o, void *ctx)
 {
     struct config *c = ctx;
-    if (bfs_common_opt(o, &c->bc))
+    if (bfs_common_opt(o, &c->bc) || bfs_dir_opt(o, &c->dc))
         return 1;
     if (opts_match(o, "--chunk", 1))
         c->chunk = (int)opts_i64(o, "--chunk", 1, 1 << 24);
+    else if (opts_match(o, "--words", 1))
+        c->words = (int)opts_i64(o, "--words", 1, 1 << 24);
     else if (opts_match(o, "--recv", 1))
         c->recv = (int)opts_i64(o, "--recv", 1, 1024);
     else if (opts_match(o, "--buf", 1))
@@ -226,23 +347,56 @@ static void parse_args(int argc, char **argv, struct config *c)
         c->recv = strcmp(par_name(), "mpiv") == 0 ? 4 : 1;
 }
 
+static void *bfs_alloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        par_die("bfs: out of memory");
+    return p;
+}
+
 static void *bfs_setup(const struct graph *g, void *arg)
 {
     const struct config *c = arg;
-    struct bfs *b = calloc(1, sizeof *b);
-    if (!b)
-        par_die("bfs: out of memory");
-    *b = (struct bfs){.g = g, .chunk = c->chunk, .recv = c->recv, .bufcap = c->bufcap};
-    b->front = malloc(((size_t)g->nlocal + 1) * sizeof *b->front);
-    b->next = malloc(((size_t)g->nlocal + 1) * sizeof *b->next);
-    if (!b->front || !b->next)
-        par_die("bfs: out of memory");
+    struct bfs *b = bfs_alloc(1, sizeof *b);
+    *b = (struct bfs){.g = g, .dc = c->dc, .chunk = c->chunk, .words = c->words, .recv = c->recv,
+                      .bufcap = c->bufcap, .P = g->nranks, .me = g->me};
+    int64_t maxlocal = (g->n + b->P - 1) / b->P;
+    b->sbits = 6;
+    while ((1LL << b->sbits) < maxlocal)
+        b->sbits++;
+    /* Positions are 32-bit: owner << sbits | local must fit. */
+    if ((int64_t)b->P << b->sbits > (1LL << 32))
+        par_die("bfs: %d ranks x 2^%d local vertices do not fit 32-bit positions", b->P, b->sbits);
+    b->smask = (uint32_t)((1ULL << b->sbits) - 1);
+    b->W = (1LL << b->sbits) / 64;
+    b->nwords = (g->nlocal + 63) / 64;
+    int64_t nadj = g->off[g->nlocal];
+    b->adj = bfs_alloc((size_t)nadj, sizeof *b->adj);
+    for (int64_t k = 0; k < nadj; k++) {
+        int64_t w = g->adj[k];
+        b->adj[k] = (uint32_t)graph_owner(g, w) << b->sbits | (uint32_t)graph_local(g, w);
+    }
+    b->visited = bfs_alloc((size_t)b->W, sizeof *b->visited);
+    b->front_bm = bfs_alloc((size_t)b->W, sizeof *b->front_bm);
+    b->next_bm = bfs_alloc((size_t)b->W, sizeof *b->next_bm);
+    b->all_front = bfs_alloc((size_t)b->W * (size_t)b->P, sizeof *b->all_front);
+    b->front = bfs_alloc((size_t)g->nlocal + 1, sizeof *b->front);
+    b->next = bfs_alloc((size_t)g->nlocal + 1, sizeof *b->next);
     return b;
 }
 
 static void bfs_teardown(void *state)
 {
     struct bfs *b = state;
+    if (b->me == 0)
+        printf("levels: %lld top-down, %lld bottom-up (all roots)\n", (long long)b->levels_td,
+               (long long)b->levels_bu);
+    free(b->adj);
+    free(b->visited);
+    free(b->front_bm);
+    free(b->next_bm);
+    free(b->all_front);
     free(b->front);
     free(b->next);
     free(b);
@@ -261,7 +415,7 @@ static int bfs_main(void *arg)
 int main(int argc, char **argv)
 {
     par_init(&argc, &argv);
-    struct config c = {BFS_CONFIG_DEFAULT, 64, 0, 256, 0};
+    struct config c = {BFS_CONFIG_DEFAULT, BFS_DIR_CONFIG_DEFAULT, 64, 64, 0, 512, 0};
     parse_args(argc, argv, &c);
     int rc = par_run(bfs_main, &c);
     par_finalize();
