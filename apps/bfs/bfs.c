@@ -29,8 +29,8 @@
  * level k).
  *
  * The kernel keeps its own copy of the adjacency as 32-bit positions:
- * owner << sbits | owner's local index, where 2^sbits is the local vertex
- * count rounded up to a power of two. The owner and local index of a
+ * owner << sbits | owner's local index, where 2^sbits is the largest local
+ * vertex count rounded up to a power of two (at least 64). The owner and local index of a
  * neighbour are then a shift and a mask for any rank count (graph.h's v % P
  * and v / P are 64-bit divisions), the position is the neighbour's bit in
  * the gathered frontier (rank r's bitmap is words [r W, (r+1) W) of it), and
