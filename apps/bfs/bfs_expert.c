@@ -21,11 +21,11 @@
  *    unvisited local vertex scans its neighbours until it meets one in the
  *    frontier, which becomes its parent; no requests are sent at all.
  *
- * The switch (direction.h) follows the paper's heuristic with its constants: go
- * bottom-up when the frontier's edges m_f exceed the unvisited vertices'
- * edges m_u / alpha (alpha 14) while the frontier grows, come back top-down
- * when the frontier's vertices n_f fall below n / beta (beta 24) while it
- * shrinks. The three sums come from the one allreduce per level that also
+ * The switch (direction.h) follows the paper's heuristic with its
+ * constants: go bottom-up when the frontier's edges m_f exceed the
+ * unvisited vertices' edges m_u / alpha (alpha 14) while the frontier
+ * grows, come back top-down when the frontier's vertices n_f fall below
+ * n / beta (beta 24) while it shrinks. The three sums come from the one allreduce per level that also
  * ends the search (n_f = 0).
  *
  * Requests carry 32-bit vertex numbers: --scale is at most 26.
