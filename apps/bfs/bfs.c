@@ -28,16 +28,10 @@
  * requests of level k+1 before every rank has joined its receivers of
  * level k).
  *
- * The kernel keeps its own copy of the adjacency as 32-bit positions:
- * owner << sbits | owner's local index, where 2^sbits is the largest local
- * vertex count rounded up to a power of two (at least 64). The owner and local index of a
- * neighbour are then a shift and a mask for any rank count (graph.h's v % P
- * and v / P are 64-bit divisions), the position is the neighbour's bit in
- * the gathered frontier (rank r's bitmap is words [r W, (r+1) W) of it), and
- * a scan reads half the bytes of graph.h's 64-bit ids. Each list is ordered
- * by the neighbours' degrees, highest first, so that bottom-up scans end
- * early (order_by_degree). This layout is built once per graph, outside the
- * timed searches; none of it needs ULTs, and bfs_expert could use it too.
+ * The kernel scans its own copy of the adjacency (layout.h): 32-bit
+ * owner/local positions, no division, each list ordered by the
+ * neighbours' degrees; none of that needs ULTs, and bfs_expert can use it
+ * too (--layout positions).
  *
  * The graph, the roots, the validation and the report are driver.c's.
  */
@@ -47,6 +41,7 @@
 
 #include "direction.h"
 #include "driver.h"
+#include "layout.h"
 #include "opts.h"
 #include "par.h"
 
@@ -59,16 +54,13 @@ struct bfs {
     int words;          /* bitmap words per bottom-up task */
     int recv;           /* receiving tasks per peer rank */
     int bufcap;         /* visit requests per message */
-    int P, me, sbits;
-    uint32_t smask;     /* 2^sbits - 1 */
-    int64_t W;          /* words of one rank's bitmap: 2^sbits / 64 */
-    int64_t nwords;     /* words that hold this rank's nlocal vertices */
-    uint32_t *adj;      /* g->off-indexed positions (see above) */
+    int P, me;
+    struct bfs_layout lay;
     int64_t *parent;    /* per local vertex: global parent id, -1 unvisited */
-    uint64_t *visited;  /* W words */
-    uint64_t *front_bm; /* W words: this level's frontier, bottom-up */
-    uint64_t *next_bm;  /* W words: the next one's */
-    uint64_t *all_front;/* P * W words: every rank's front_bm */
+    uint64_t *visited;  /* lay.W words */
+    uint64_t *front_bm; /* lay.W words: this level's frontier, bottom-up */
+    uint64_t *next_bm;  /* lay.W words: the next one's */
+    uint64_t *all_front;/* P * lay.W words: every rank's front_bm, by position */
     uint32_t *front;    /* local ids of this level's frontier, top-down */
     int64_t nfront;
     uint32_t *next;     /* the next level's, appended atomically */
@@ -82,12 +74,6 @@ struct level {
     int peer;
 };
 
-/* Global id of the vertex at position pos. */
-static inline int64_t pos_global(const struct bfs *b, uint32_t pos)
-{
-    return (int64_t)(pos & b->smask) * b->P + (int64_t)(pos >> b->sbits);
-}
-
 static inline void visit(struct bfs *b, uint32_t lw, int64_t par)
 {
     if (!bm_claim(b->visited, lw))
@@ -100,8 +86,8 @@ static void top_down_chunk(void *arg, int64_t c)
 {
     struct bfs *b = arg;
     const int64_t *off = b->g->off;
-    int P = b->P, me = b->me, sbits = b->sbits;
-    uint32_t smask = b->smask;
+    const struct bfs_layout *l = &b->lay;
+    int P = b->P, me = b->me;
     size_t cap = (size_t)b->bufcap;
     int64_t lo = c * b->chunk, hi = lo + b->chunk;
     if (hi > b->nfront)
@@ -114,9 +100,9 @@ static void top_down_chunk(void *arg, int64_t c)
         uint32_t lu = b->front[i];
         int64_t gu = (int64_t)lu * P + me;
         for (int64_t k = off[lu]; k < off[lu + 1]; k++) {
-            uint32_t pos = b->adj[k];
-            int o = (int)(pos >> sbits);
-            uint32_t lw = pos & smask;
+            uint32_t pos = l->adj[k];
+            int o = layout_owner(l, pos);
+            uint32_t lw = layout_local(l, pos);
             if (o == me) {
                 visit(b, lw, gu);
                 continue;
@@ -181,68 +167,22 @@ static void top_down(struct bfs *b, struct level *lv, par_task_t **rt)
     b->mf = mf;
 }
 
-/* The unvisited vertices of bitmap word wi. */
-static inline uint64_t todo_word(const struct bfs *b, int64_t wi)
-{
-    uint64_t todo = ~b->visited[wi];
-    if (wi == b->nwords - 1 && (b->g->nlocal & 63))
-        todo &= (1ULL << (b->g->nlocal & 63)) - 1;
-    return todo;
-}
-
-/* Starts loading the adjacency of word wi's unvisited vertices. A scan
- * skips from one unvisited vertex to the next, so each one's list is a
- * cache miss the hardware prefetcher does not see coming; issued a word
- * ahead, up to 64 of them overlap instead of stalling one after another. */
-static inline void prefetch_word(const struct bfs *b, int64_t wi)
-{
-    const int64_t *off = b->g->off;
-    for (uint64_t todo = todo_word(b, wi); todo; todo &= todo - 1)
-        __builtin_prefetch(&b->adj[off[wi * 64 + __builtin_ctzll(todo)]]);
-}
-
 static void bottom_up_chunk(void *arg, int64_t c)
 {
     struct bfs *b = arg;
-    const int64_t *off = b->g->off;
-    const uint64_t *all = b->all_front;
-    int64_t wlo = c * b->words, whi = wlo + b->words;
-    if (whi > b->nwords)
-        whi = b->nwords;
-    int64_t found_n = 0, edges = 0;
-    if (wlo < whi)
-        prefetch_word(b, wlo);
-    for (int64_t wi = wlo; wi < whi; wi++) {
-        uint64_t todo = todo_word(b, wi), found = 0;
-        if (wi + 1 < whi)
-            prefetch_word(b, wi + 1);
-        while (todo) {
-            int bit = __builtin_ctzll(todo);
-            todo &= todo - 1;
-            int64_t lv = wi * 64 + bit;
-            for (int64_t k = off[lv]; k < off[lv + 1]; k++) {
-                uint32_t pos = b->adj[k];
-                if (bm_test(all, pos)) {
-                    b->parent[lv] = pos_global(b, pos);
-                    found |= 1ULL << bit;
-                    found_n++;
-                    edges += off[lv + 1] - off[lv];
-                    break;
-                }
-            }
-        }
-        b->visited[wi] |= found;
-        b->next_bm[wi] = found;
-    }
-    __atomic_fetch_add(&b->nnext, found_n, __ATOMIC_RELAXED);
+    int64_t wlo = c * b->words, whi = wlo + b->words, edges = 0;
+    if (whi > b->lay.nwords)
+        whi = b->lay.nwords;
+    int64_t found = bfs_layout_bottom_up(&b->lay, b->all_front, b->visited, b->next_bm, b->parent, wlo, whi, &edges);
+    __atomic_fetch_add(&b->nnext, found, __ATOMIC_RELAXED);
     __atomic_fetch_add(&b->mf, edges, __ATOMIC_RELAXED);
 }
 
 /* One bottom-up level: front_bm to next_bm. */
 static void bottom_up(struct bfs *b)
 {
-    par_allgather(b->front_bm, b->all_front, (size_t)b->W * sizeof *b->front_bm);
-    par_for((b->nwords + b->words - 1) / b->words, bottom_up_chunk, b);
+    par_allgather(b->front_bm, b->all_front, (size_t)b->lay.W * sizeof *b->front_bm);
+    par_for((b->lay.nwords + b->words - 1) / b->words, bottom_up_chunk, b);
 }
 
 static double bfs_run(void *state, int64_t root, int64_t *parent)
@@ -253,7 +193,7 @@ static double bfs_run(void *state, int64_t root, int64_t *parent)
     b->parent = parent;
     for (int64_t i = 0; i < g->nlocal; i++)
         parent[i] = -1;
-    memset(b->visited, 0, (size_t)b->W * sizeof *b->visited);
+    memset(b->visited, 0, (size_t)b->lay.W * sizeof *b->visited);
     b->nfront = 0;
     int64_t mu = g->off[g->nlocal]; /* local edges of unvisited vertices */
     if (graph_owner(g, root) == b->me) {
@@ -279,7 +219,7 @@ static double bfs_run(void *state, int64_t root, int64_t *parent)
         b->mf = 0;
         if (bottom) {
             if (!as_bitmap) {
-                memset(b->front_bm, 0, (size_t)b->W * sizeof *b->front_bm);
+                memset(b->front_bm, 0, (size_t)b->lay.W * sizeof *b->front_bm);
                 for (int64_t i = 0; i < b->nfront; i++)
                     bm_set(b->front_bm, b->front[i]);
             }
@@ -292,7 +232,7 @@ static double bfs_run(void *state, int64_t root, int64_t *parent)
         } else {
             if (as_bitmap) {
                 b->nfront = 0;
-                for (int64_t wi = 0; wi < b->nwords; wi++)
+                for (int64_t wi = 0; wi < b->lay.nwords; wi++)
                     for (uint64_t w = b->front_bm[wi]; w; w &= w - 1)
                         b->front[b->nfront++] = (uint32_t)(wi * 64 + __builtin_ctzll(w));
             }
@@ -380,74 +320,17 @@ static void *bfs_alloc(size_t n, size_t size)
     return p;
 }
 
-static int cmp_desc(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, c = *(const uint64_t *)y;
-    return (a < c) - (a > c);
-}
-
-/* Orders every list by the neighbours' degrees, highest first. A bottom-up
- * scan stops at the first neighbour in the frontier, and in a Kronecker
- * graph the high-degree vertices are reached in the first levels: tried
- * first, they end most scans after one or two entries. Top-down levels do
- * not care about the order. */
-static void order_by_degree(struct bfs *b)
-{
-    const struct graph *g = b->g;
-    size_t S = (size_t)1 << b->sbits;
-    uint32_t *mine = bfs_alloc(S, sizeof *mine);
-    uint32_t *deg = bfs_alloc(S * (size_t)b->P, sizeof *deg); /* by position */
-    for (int64_t lv = 0; lv < g->nlocal; lv++)
-        mine[lv] = (uint32_t)(g->off[lv + 1] - g->off[lv]);
-    par_allgather(mine, deg, S * sizeof *mine);
-    size_t cap = 0;
-    uint64_t *key = NULL;
-    for (int64_t lv = 0; lv < g->nlocal; lv++) {
-        uint32_t *list = b->adj + g->off[lv];
-        size_t d = (size_t)(g->off[lv + 1] - g->off[lv]);
-        if (d > cap) {
-            free(key);
-            cap = d;
-            key = bfs_alloc(cap, sizeof *key);
-        }
-        for (size_t i = 0; i < d; i++)
-            key[i] = (uint64_t)deg[list[i]] << 32 | list[i];
-        qsort(key, d, sizeof *key, cmp_desc);
-        for (size_t i = 0; i < d; i++)
-            list[i] = (uint32_t)key[i];
-    }
-    free(key);
-    free(deg);
-    free(mine);
-}
-
 static void *bfs_setup(const struct graph *g, void *arg)
 {
     const struct config *c = arg;
     struct bfs *b = bfs_alloc(1, sizeof *b);
     *b = (struct bfs){.g = g, .dc = c->dc, .chunk = c->chunk, .words = c->words, .recv = c->recv,
                       .bufcap = c->bufcap, .P = g->nranks, .me = g->me};
-    int64_t maxlocal = (g->n + b->P - 1) / b->P;
-    b->sbits = 6;
-    while ((1LL << b->sbits) < maxlocal)
-        b->sbits++;
-    /* Positions are 32-bit: owner << sbits | local must fit. */
-    if ((int64_t)b->P << b->sbits > (1LL << 32))
-        par_die("bfs: %d ranks x 2^%d local vertices do not fit 32-bit positions", b->P, b->sbits);
-    b->smask = (uint32_t)((1ULL << b->sbits) - 1);
-    b->W = (1LL << b->sbits) / 64;
-    b->nwords = (g->nlocal + 63) / 64;
-    int64_t nadj = g->off[g->nlocal];
-    b->adj = bfs_alloc((size_t)nadj, sizeof *b->adj);
-    for (int64_t k = 0; k < nadj; k++) {
-        int64_t w = g->adj[k];
-        b->adj[k] = (uint32_t)graph_owner(g, w) << b->sbits | (uint32_t)graph_local(g, w);
-    }
-    order_by_degree(b);
-    b->visited = bfs_alloc((size_t)b->W, sizeof *b->visited);
-    b->front_bm = bfs_alloc((size_t)b->W, sizeof *b->front_bm);
-    b->next_bm = bfs_alloc((size_t)b->W, sizeof *b->next_bm);
-    b->all_front = bfs_alloc((size_t)b->W * (size_t)b->P, sizeof *b->all_front);
+    bfs_layout_build(&b->lay, g);
+    b->visited = bfs_alloc((size_t)b->lay.W, sizeof *b->visited);
+    b->front_bm = bfs_alloc((size_t)b->lay.W, sizeof *b->front_bm);
+    b->next_bm = bfs_alloc((size_t)b->lay.W, sizeof *b->next_bm);
+    b->all_front = bfs_alloc((size_t)b->lay.W * (size_t)b->P, sizeof *b->all_front);
     b->front = bfs_alloc((size_t)g->nlocal + 1, sizeof *b->front);
     b->next = bfs_alloc((size_t)g->nlocal + 1, sizeof *b->next);
     return b;
@@ -459,7 +342,7 @@ static void bfs_teardown(void *state)
     if (b->me == 0)
         printf("levels: %lld top-down, %lld bottom-up (all roots)\n", (long long)b->levels_td,
                (long long)b->levels_bu);
-    free(b->adj);
+    bfs_layout_free(&b->lay);
     free(b->visited);
     free(b->front_bm);
     free(b->next_bm);
