@@ -212,32 +212,10 @@ static void pthread_poll(struct mpiv_request *r)
     }
 }
 
-/* A ULT waiting for r while no other ULT of its worker can run, and no
- * server thread moves the network (srv_inline): it polls in place, as a
- * pthread would, instead of switching to its worker's idle loop to poll
- * there and back again when r completes (two switches and a sweep per
- * message). It stops as soon as another ULT is runnable, or after a quiet
- * spell, and then blocks: the idle worker polls on, and naps. */
-static void ult_poll(struct mpiv_request *r)
-{
-    struct util_idle idle;
-    util_idle_reset(&idle);
-    while (!proto_test(r) && !sched_others_runnable()) {
-        if (srv_progress()) {
-            util_idle_reset(&idle);
-            continue;
-        }
-        if (util_idle_step(&idle) == UTIL_IDLE_LONG)
-            return;
-    }
-}
-
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
 {
     if (!sched_in_ult())
         pthread_poll(r);
-    else if (srv_inline())
-        ult_poll(r);
     sched_wait(&r->sync);
     if (status) {
         *status = r->status;

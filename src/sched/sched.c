@@ -664,11 +664,6 @@ int sched_worker_id(void)
 }
 
 bool sched_in_ult(void) { return sched_self() != NULL; }
-bool sched_others_runnable(void)
-{
-    struct sched_worker *w = sched_tls_worker;
-    return w && w->current && any_runnable(w, memory_order_relaxed);
-}
 void sched_wait(sched_sync *s) { sched_wait_inline(s); }
 void sched_signal(sched_sync *s) { sched_signal_inline(s); }
 void sched_yield_now(void) { sched_yield_inline(); }

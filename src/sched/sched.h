@@ -66,10 +66,6 @@ int sched_num_workers(void);
  * a ULT (main, the server, any other pthread). */
 int sched_worker_id(void);
 bool sched_in_ult(void);
-/* From a ULT: whether another ULT of its worker is runnable (a peek, no
- * ordering: a ULT that waits in place asks it between polls and lets the
- * others run as soon as it says yes). From a pthread: false. */
-bool sched_others_runnable(void);
 
 void sched_wait(sched_sync *s);
 void sched_signal(sched_sync *s);
