@@ -41,6 +41,8 @@ static void order_by_degree(struct bfs_layout *l)
             cap = d;
             key = layout_alloc(cap, sizeof *key);
         }
+        if (d < 2)
+            continue; /* nothing to order (and key may still be NULL) */
         for (size_t i = 0; i < d; i++)
             key[i] = (uint64_t)deg[list[i]] << 32 | list[i];
         qsort(key, d, sizeof *key, cmp_desc);
