@@ -136,12 +136,12 @@
 #define SHM_ALIVE_NS UINT64_C(1000000)
 /* One empty poll of a ring in this many reads its tail (R5). */
 #define SHM_TAIL_LOOK 64u
-/* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring:
- * up to this size copying through the ring twice beats the rendezvous's
- * RTS, read and FIN in latency and is no slower in window bandwidth
- * (bench/pt2pt, docs/perf/pt2pt.md); a bigger record would need bigger
- * rings. */
-#define SHM_EAGER_DEFAULT ((size_t)512 << 10)
+/* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring.
+ * Above it the rendezvous streams the bytes through the ring in CHUNKs,
+ * both copies at once; an eager record is copied in whole before it is
+ * copied out, so past about 128 KiB the stream is faster in latency, and
+ * no slower in window bandwidth (bench/pt2pt, docs/perf/pt2pt.md). */
+#define SHM_EAGER_DEFAULT ((size_t)64 << 10)
 #define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
  * two keeps the core's pieces aligned. */
