@@ -8,6 +8,9 @@
  *                       refused).
  *   nonblocking_few     many ULTs that end without blocking, spawned all
  *                       before any is joined: one stack per worker.
+ *   one_at_a_time       40,000 ULTs spawned and joined in turn: one
+ *                       stack in all (and, under TSan, a fresh fiber
+ *                       for each).
  *   blocked_keep_stack  ULTs that wait and yield many times while other
  *                       ULTs start and end on the same worker: each keeps
  *                       its stack and its frames intact (the others never
@@ -180,6 +183,33 @@ START_TEST(nonblocking_few)
 }
 END_TEST
 
+/* --- one_at_a_time ---------------------------------------------------------- */
+
+/* Spawned and joined one at a time: every ULT runs on the stack the last
+ * one gave back. Under TSan each run also needs a fiber of its own (a
+ * fiber carried from ULT to ULT piled up the frames of the ULTs that
+ * ended, and TSan crashed after some 30,000 of them): so this many. */
+#define NSEQ 40000
+
+START_TEST(one_at_a_time)
+{
+    sched_test_start(1, 64, NULL);
+    atomic_store(&off_stack, 0);
+    for (long i = 0; i < NSEQ; i++) {
+        mpiv_ult_t u;
+        void *r;
+        if (mpiv_ult_spawn(plus_one, (void *)(intptr_t)i, MPIV_WORKER_ANY, &u) ||
+            mpiv_ult_join(u, &r) || r != (void *)(intptr_t)(i + 1))
+            ck_abort_msg("ULT %ld: %s", i, mpiv_error_detail());
+    }
+    struct sched_stack_stats st = stats();
+    ck_assert_int_eq(atomic_load(&off_stack), 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_le(st.made, 1);
+    sched_test_stop();
+}
+END_TEST
+
 /* --- blocked_keep_stack ---------------------------------------------------- */
 
 #define NBLOCK 64
@@ -272,6 +302,7 @@ static Suite *stacks_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, never_run_join);
     tcase_add_test(tc, nonblocking_few);
+    tcase_add_test(tc, one_at_a_time);
     tcase_add_test(tc, blocked_keep_stack);
     suite_add_tcase(s, tc);
     return s;
