@@ -322,12 +322,62 @@ END_TEST
  * packet path or an RTS, in order. */
 static atomic_int stalled;
 
+/* arg: how long in ms, (void *)(intptr_t)ms; NULL: 300 ms */
 static enum srv_fault_action stall(const struct srv_fault_event *ev, void *arg)
 {
-    (void)arg;
     if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
-        struct timespec ts = {0, 300 * 1000 * 1000};
+        long ms = arg ? (long)(intptr_t)arg : 300;
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000 * 1000};
         nanosleep(&ts, NULL);
+    }
+    return SRV_FAULT_PASS;
+}
+
+/* The 8 bytes of message i of a numbered stream: i, then fill's 4 bytes. */
+static void numbered(unsigned char m[8], unsigned i)
+{
+    memcpy(m, &i, sizeof i);
+    fill(m + 4, 4, i);
+}
+
+/* Receives n numbered messages from rank 0 with `tag`: the first that
+ * failed or came wrong, or -1. */
+static int recv_numbered(unsigned n, int tag)
+{
+    int bad = -1;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned char m[8], want[8];
+        mpiv_status_t st;
+        OK(mpiv_recv(m, sizeof m, 0, tag, &st));
+        numbered(want, i);
+        if (bad < 0 && (st.size != 8 || memcmp(m, want, 8) != 0))
+            bad = (int)i;
+    }
+    return bad;
+}
+
+/* A file both ranks name after mpiv_run's pid (the tests' parent): rank 0
+ * creates it to release a held server (hold_until_file). */
+static void go_file(char *name, size_t n, const char *what)
+{
+    snprintf(name, n, "/tmp/mpiv-test-eager-%s-%d", what, (int)getppid());
+}
+
+struct hold {
+    const char *what; /* go_file's */
+    int max_ms;       /* held at most this long */
+};
+
+/* Holds the server at its first arrival until the go file exists. */
+static enum srv_fault_action hold_until_file(const struct srv_fault_event *ev, void *arg)
+{
+    const struct hold *h = arg;
+    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
+        char name[64];
+        go_file(name, sizeof name, h->what);
+        struct timespec ts = {0, 1000 * 1000};
+        for (int ms = 0; ms < h->max_ms && access(name, F_OK) != 0; ms++)
+            nanosleep(&ts, NULL);
     }
     return SRV_FAULT_PASS;
 }
@@ -454,30 +504,13 @@ END_TEST
  * the messages are checked. */
 enum { COPIES_WANTED = 3000, ONE_MSG_MAX = 1 << 20 };
 
-static void go_file(char *name, size_t n)
-{
-    snprintf(name, n, "/tmp/mpiv-test-eager-go-%d", (int)getppid());
-}
-
-static enum srv_fault_action hold_until_go(const struct srv_fault_event *ev, void *arg)
-{
-    (void)arg;
-    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
-        char name[64];
-        go_file(name, sizeof name);
-        struct timespec ts = {0, 1000 * 1000};
-        for (int ms = 0; ms < 60000 && access(name, F_OK) != 0; ms++)
-            nanosleep(&ts, NULL);
-    }
-    return SRV_FAULT_PASS;
-}
+static const struct hold hold_go = {"go", 60000};
 
 static void *one_message(void *arg)
 {
     unsigned i = (unsigned)(uintptr_t)arg;
     unsigned char m[8];
-    memcpy(m, &i, sizeof i);
-    fill(m + 4, 4, i);
+    numbered(m, i);
     int rc = mpiv_send(m, sizeof m, 1, 12);
     return (void *)(intptr_t)rc;
 }
@@ -486,13 +519,13 @@ START_TEST(one_message_ults_never_block)
 {
     trace("start one_message_ults_never_block");
     char go[64];
-    go_file(go, sizeof go);
+    go_file(go, sizeof go, hold_go.what);
     struct srv_stats s0, s1;
     struct sched_stack_stats k0, k1;
     bool copying = srv_inline_max(1 - me) > 0; /* shm */
     if (me == 1 && copying) {
         atomic_store(&stalled, 0);
-        srv_fault_set(hold_until_go, NULL);
+        srv_fault_set(hold_until_file, (void *)&hold_go);
     }
     OK(mpiv_barrier());
     int bad = -1;
@@ -521,16 +554,7 @@ START_TEST(one_message_ults_never_block)
         OK(mpiv_send(&n, sizeof n, 1, 13));
     } else {
         OK(mpiv_recv(&n, sizeof n, 0, 13, NULL));
-        for (unsigned i = 0; i < n; i++) {
-            unsigned char m[8], want[4];
-            mpiv_status_t st;
-            OK(mpiv_recv(m, sizeof m, 0, 12, &st));
-            fill(want, 4, i);
-            unsigned got;
-            memcpy(&got, m, sizeof got);
-            if (bad < 0 && (st.size != 8 || got != i || memcmp(m + 4, want, 4) != 0))
-                bad = (int)i;
-        }
+        bad = recv_numbered(n, 12);
         srv_fault_set(NULL, NULL);
     }
     OK(mpiv_barrier());
@@ -557,16 +581,6 @@ END_TEST
  * messages are checked. */
 enum { CAP_N = 80000, CAP_BYTES = 16 << 10, CAP_HOLD_MS = 1000 };
 
-static enum srv_fault_action hold_cap(const struct srv_fault_event *ev, void *arg)
-{
-    (void)arg;
-    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
-        struct timespec ts = {CAP_HOLD_MS / 1000, (CAP_HOLD_MS % 1000) * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return SRV_FAULT_PASS;
-}
-
 START_TEST(copy_cap_waits_in_order)
 {
     trace("start copy_cap_waits_in_order");
@@ -581,8 +595,7 @@ START_TEST(copy_cap_waits_in_order)
         srv_get_stats(&s0);
         for (unsigned i = 0; i < CAP_N; i++) {
             unsigned char m[8];
-            memcpy(m, &i, sizeof i);
-            fill(m + 4, 4, i);
+            numbered(m, i);
             int rc = mpiv_send(m, sizeof m, 1, 14);
             if (rc != MPIV_SUCCESS && bad < 0)
                 bad = (int)i;
@@ -593,18 +606,9 @@ START_TEST(copy_cap_waits_in_order)
     } else {
         if (copying) {
             atomic_store(&stalled, 0);
-            srv_fault_set(hold_cap, NULL);
+            srv_fault_set(stall, (void *)(intptr_t)CAP_HOLD_MS);
         }
-        for (unsigned i = 0; i < CAP_N; i++) {
-            unsigned char m[8], want[4];
-            mpiv_status_t st;
-            OK(mpiv_recv(m, sizeof m, 0, 14, &st));
-            fill(want, 4, i);
-            unsigned got;
-            memcpy(&got, m, sizeof got);
-            if (bad < 0 && (st.size != 8 || got != i || memcmp(m + 4, want, 4) != 0))
-                bad = (int)i;
-        }
+        bad = recv_numbered(CAP_N, 14);
         srv_fault_set(NULL, NULL);
     }
     OK(mpiv_barrier());
@@ -637,29 +641,13 @@ END_TEST
  * checked. */
 enum { FLOOD_N = 3000, FLOOD_EAGER = 100, FLOOD_MAX = 256, HOLD_MS = 3000 };
 
-static void flood_go_file(char *name, size_t n)
-{
-    snprintf(name, n, "/tmp/mpiv-test-eager-flood-%d", (int)getppid());
-}
-
-static enum srv_fault_action hold_a_while(const struct srv_fault_event *ev, void *arg)
-{
-    (void)arg;
-    if (ev->point == SRV_FAULT_RECV && !atomic_exchange(&stalled, 1)) {
-        char name[64];
-        flood_go_file(name, sizeof name);
-        struct timespec ts = {0, 1000 * 1000};
-        for (int ms = 0; ms < HOLD_MS && access(name, F_OK) != 0; ms++)
-            nanosleep(&ts, NULL);
-    }
-    return SRV_FAULT_PASS;
-}
+static const struct hold hold_flood = {"flood", HOLD_MS};
 
 START_TEST(cross_flood_completes)
 {
     trace("start cross_flood_completes");
     char go[64];
-    flood_go_file(go, sizeof go);
+    go_file(go, sizeof go, hold_flood.what);
     bool copying = srv_inline_max(1 - me) > 0; /* shm */
     unsigned char *out = malloc((size_t)FLOOD_N * FLOOD_MAX);
     unsigned char *in = malloc((size_t)FLOOD_N * FLOOD_MAX);
@@ -672,7 +660,7 @@ START_TEST(cross_flood_completes)
     OK(mpiv_barrier());
     if (me == 1 && copying) {
         atomic_store(&stalled, 0);
-        srv_fault_set(hold_a_while, NULL);
+        srv_fault_set(hold_until_file, (void *)&hold_flood);
     }
     for (int i = 0; i < FLOOD_N; i++) {
         unsigned char *m = out + (size_t)i * FLOOD_MAX;
