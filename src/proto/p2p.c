@@ -360,6 +360,24 @@ static void hdr_init(struct proto_hdr *h, uint8_t type, int dest)
  * back, and past a quarter of it send it back in a packet of its own. Never
  * waits: without a free packet it stays owed (the next packet to src, or
  * the next consumption, carries it). */
+/* A CREDIT header to src carrying what is owed to it (hdr_init takes it
+ * past an eighth; here anything will do). false: nothing is owed, another
+ * thread gave it back meanwhile. */
+static bool credit_hdr_init(struct proto_hdr *h, int src)
+{
+    hdr_init(h, PROTO_CREDIT, src);
+    if (!h->credit)
+        h->credit = owed_take(src, 1);
+    return h->credit != 0;
+}
+
+/* h was not sent: whatever credit it carried is owed again. */
+static void credit_unsent(const struct proto_hdr *h, int dest)
+{
+    if (h->credit)
+        atomic_fetch_add_explicit(&proto.owed[dest], (long)h->credit, memory_order_relaxed);
+}
+
 static void credit_owe(int src, size_t size, bool server)
 {
     long cost = credit_cost(size);
@@ -375,17 +393,14 @@ static void credit_owe(int src, size_t size, bool server)
      * waits for were consumed long ago. */
     if (sizeof(struct proto_hdr) <= proto.inline_max[src]) {
         struct proto_hdr hd;
-        hdr_init(&hd, PROTO_CREDIT, src);
-        if (!hd.credit)
-            hd.credit = owed_take(src, 1);
-        if (!hd.credit)
-            return; /* another thread took it meanwhile */
+        if (!credit_hdr_init(&hd, src))
+            return;
         int rc = srv_send_inline(src, &hd, sizeof hd, NULL, 0);
         if (rc == MPIV_SUCCESS) {
             atomic_fetch_add_explicit(&n_credit_packets, 1, memory_order_relaxed);
             return;
         }
-        atomic_fetch_add_explicit(&proto.owed[src], (long)hd.credit, memory_order_relaxed);
+        credit_unsent(&hd, src);
         if (rc != SRV_INLINE_LATER)
             return;
     }
@@ -393,10 +408,7 @@ static void credit_owe(int src, size_t size, bool server)
     if (!p)
         return;
     struct proto_hdr *h = proto_hdr_of(p);
-    hdr_init(h, PROTO_CREDIT, src); /* takes what is owed, past an eighth */
-    if (!h->credit)
-        h->credit = owed_take(src, 1);
-    if (!h->credit) { /* another thread took it meanwhile */
+    if (!credit_hdr_init(h, src)) {
         proto_pkt_put(p, server);
         return;
     }
@@ -1019,9 +1031,8 @@ static inline __attribute__((always_inline)) int send_inline(const void *buf, si
     int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
     if (rc == SRV_INLINE_LATER && size <= proto.eager_limit)
         rc = eager_copy(dest, &hd, buf, size);
-    /* not sent: whatever it carried is still ours to give */
-    if (rc != MPIV_SUCCESS && hd.credit)
-        atomic_fetch_add_explicit(&proto.owed[dest], (long)hd.credit, memory_order_relaxed);
+    if (rc != MPIV_SUCCESS)
+        credit_unsent(&hd, dest);
     return rc;
 }
 
