@@ -203,9 +203,9 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
 #ifdef MPIV_TSAN
     /* A fiber is not reused: the ULT that ended never returned from its
      * entry function, and TSan keeps the frames it entered on the fiber;
-     * a fiber carried from ULT to ULT piles them up until TSan crashes
-     * (40,000 ULTs spawned and joined one at a time did). We run on the
-     * worker's own fiber here, so the ended one may go. */
+     * a fiber carried from ULT to ULT piles them up until TSan runs out
+     * of room for them. We run on the worker's own fiber here, so the
+     * ended one may go. */
     __tsan_destroy_fiber(s->tsan_fiber);
     s->tsan_fiber = NULL;
 #endif

@@ -321,9 +321,8 @@ uint64_t srv_peer_arrivals(int peer)
  * Were packets to wait behind a full ring, a rank whose pool all sat in
  * its queue could not drain its incoming rings; its peer's ring to it then
  * stays full, the peer's packets sit in its queue in turn, and two ranks
- * each wait for the other's receives for ever (seen in bfs, with sends
- * that never block filling the queue and rendezvous packets draining both
- * pools). Under Q1 a pool packet on shm is free, posted for a receive,
+ * each wait for the other's receives for ever (sends that never block
+ * fill the queue, and rendezvous packets drain both pools). Under Q1 a pool packet on shm is free, posted for a receive,
  * held by the matching table as an unexpected message (at most half of
  * what the posted receives leave: I5 in p2p.c) or held by one thread for a
  * step that waits for nothing; none of these waits for a ring. So a rank

@@ -138,9 +138,10 @@
 #define SHM_TAIL_LOOK 64u
 /* MPIV_SHM_EAGER_LIMIT's default (0), clamped to a quarter of a ring.
  * Above it the rendezvous streams the bytes through the ring in CHUNKs,
- * both copies at once; an eager record is copied in whole before it is
- * copied out, so past about 128 KiB the stream is faster in latency, and
- * no slower in window bandwidth (bench/pt2pt, docs/perf/pt2pt.md). */
+ * both copies at once, while an eager record is copied in whole before it
+ * is copied out; so once a message takes much longer to copy than the
+ * RTS and RTR take to travel, the stream wins (docs/perf/pt2pt.md has
+ * where that is). */
 #define SHM_EAGER_DEFAULT ((size_t)64 << 10)
 #define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of

@@ -187,8 +187,8 @@ END_TEST
 
 /* Spawned and joined one at a time: every ULT runs on the stack the last
  * one gave back. Under TSan each run also needs a fiber of its own (a
- * fiber carried from ULT to ULT piled up the frames of the ULTs that
- * ended, and TSan crashed after some 30,000 of them): so this many. */
+ * fiber carried from ULT to ULT piles up the frames of the ULTs that
+ * ended until TSan crashes): so many that a shared fiber would. */
 #define NSEQ 40000
 
 START_TEST(one_at_a_time)
