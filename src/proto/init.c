@@ -73,6 +73,10 @@ int mpiv_init(int *argc, char ***argv)
     proto_comm_init();
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     srv_set_data_handler(proto_on_data);
+    /* Before the workers start: without a server thread an idle worker
+     * with no ULT then stays out of the network from its first idle spell
+     * (sched.c), leaving it to the threads that wait. */
+    sched_set_idle_stay(srv_inline());
     rc = sched_init(cfg);
     if (rc)
         goto fail_srv;
@@ -85,8 +89,8 @@ int mpiv_init(int *argc, char ***argv)
      * sleeping server's next timer tick. */
     sched_set_idle_hook(srv_progress);
     /* Without a server thread an idle worker is what moves the network for
-     * its blocked ULTs, so it must not sleep while it has any. */
-    sched_set_idle_stay(srv_inline());
+     * its blocked ULTs, so it must not sleep while it has any (set above,
+     * before the workers started). */
     proto.initialized = 1;
     /* every rank is up before anybody sends: a message to a rank whose
      * server has not posted receives yet would be lost on some providers */

@@ -335,18 +335,22 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
     return false;
 }
 
-/* Whether an idle w must stay up for the idle hook (sched_set_idle_stay):
- * it has live ULTs, which may wait for what only the hook brings. Asked
- * once per idle spell, so the lock costs nothing that matters. */
-static bool stay_awake(struct sched_worker *w)
+/* Whether w has ULTs spawned and not yet joined. Asked once or twice per
+ * idle spell, so the lock costs nothing that matters. */
+static bool has_live(struct sched_worker *w)
 {
-    /* relaxed: a setting, read again each idle spell */
-    if (!atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed))
-        return false;
     util_spin_lock(&w->lock);
     bool live = w->live > 0;
     util_spin_unlock(&w->lock);
     return live;
+}
+
+/* Whether an idle w must stay up for the idle hook (sched_set_idle_stay):
+ * it has live ULTs, which may wait for what only the hook brings. */
+static bool stay_awake(struct sched_worker *w)
+{
+    /* relaxed: a setting, read again each idle spell */
+    return atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed) && has_live(w);
 }
 
 static void worker_loop(struct sched_worker *w)
@@ -373,6 +377,13 @@ static void worker_loop(struct sched_worker *w)
         util_idle_reset(&idle);
         int stay = -1; /* not asked yet this spell */
         bool found = false;
+        /* Without a server thread (idle_stay) the network is polled by
+         * whoever waits on it: a worker with no ULT has nobody to poll
+         * for, and keeps out of the network, so that a program that
+         * communicates from one pthread stays the only thread in it
+         * instead of contending with a worker for the progress lock. */
+        bool poll = !atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed) ||
+                    has_live(w);
         for (;;) {
             /* relaxed: a peek; the sweep's exchanges order */
             if (any_runnable(w, memory_order_relaxed)) {
@@ -384,7 +395,7 @@ static void worker_loop(struct sched_worker *w)
                 return;
             /* relaxed: the hook needs no ordering with our data */
             sched_idle_hook hook = atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
-            if (hook && hook()) {
+            if (poll && hook && hook()) {
                 util_idle_reset(&idle); /* work came: stay responsive */
                 continue;
             }

@@ -1180,6 +1180,9 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if (srv_g.inited)
         return util_err(MPIV_ERR_STATE, "server: already initialised");
     srv_g.cfg = *cfg;
+    /* Known from here on, not only from srv_start: the scheduler's idle
+     * policy is set from it before the workers start (init.c). */
+    srv_g.inline_mode = cfg->server == UTIL_SERVER_INLINE;
     free(srv_g.host);
     srv_g.host = NULL;
     srv_g.pool = pool;
@@ -1274,7 +1277,6 @@ int srv_start(void)
     long spare = ((long)pkt_count(srv_g.pool) - srv_g.recv_depth) / 4;
     if (srv_g.stash_target > spare)
         srv_g.stash_target = (int)(spare > 0 ? spare : 0);
-    srv_g.inline_mode = srv_g.cfg.server == UTIL_SERVER_INLINE;
     util_log_info("server: progress by %s", srv_g.inline_mode ? "the waiting threads (inline)"
                                                               : "a server thread");
     if (!srv_g.inline_mode) {
