@@ -84,6 +84,7 @@
 #include <string.h>
 
 #include "util/spinlock.h"
+#include "util/bias.h"
 
 #define HT_SLOTS 3           /* {key, value} entries per bucket            */
 #define HT_QINLINE 5         /* values a queue holds before its ring grows */
@@ -348,12 +349,12 @@ static void ht_shrink(struct ht_stripe *s, size_t n_seen)
     if (!nb)
         return;
     struct ht_bucket *old = nb;
-    util_spin_lock(&s->lock);
+    util_bias_lock(&s->lock);
     if (s->mask + 1 == n_seen && ht_wants_shrink(s)) {
         old = ht_rehash(s, nb, n_seen / 2);
         s->shrinks++;
     }
-    util_spin_unlock(&s->lock);
+    util_bias_unlock(&s->lock);
     free(old);
 }
 
@@ -378,7 +379,7 @@ ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool insert, bool gated, ht_
     ht_value ret = HT_EMPTY;
 
 retry:
-    util_spin_lock(&s->lock);
+    util_bias_lock(&s->lock);
     if (gated && ht_kind(v) == HT_KIND_PKT && util_unlikely(ht_gate_load(t))) {
         ret = HT_DEFER;
         goto done;
@@ -472,7 +473,7 @@ search:;
                 goto done;
             }
             spare_cap = q->cap * 2;
-            util_spin_unlock(&s->lock);
+            util_bias_unlock(&s->lock);
             free(spare_ring);
             spare_ring = malloc(spare_cap * sizeof *spare_ring);
             atomic_fetch_add_explicit(&t->qallocs, 1, memory_order_relaxed);
@@ -508,7 +509,7 @@ search:;
             s->grows++;
             goto search;
         }
-        util_spin_unlock(&s->lock);
+        util_bias_unlock(&s->lock);
         free(spare_arr);
         spare_n = 2 * (mask + 1);
         spare_arr = ht_buckets_alloc(spare_n);
@@ -529,7 +530,7 @@ search:;
     s->used++;
 
 done:
-    util_spin_unlock(&s->lock);
+    util_bias_unlock(&s->lock);
     /* Only rare paths leave something to free: test before calling. */
     if (util_unlikely(garbage || old_arr || spare || spare_ring || spare_arr)) {
         if (garbage)
@@ -544,7 +545,7 @@ done:
     return ret;
 
 need_line:
-    util_spin_unlock(&s->lock);
+    util_bias_unlock(&s->lock);
     spare = ht_line_alloc();
     atomic_fetch_add_explicit(&t->qallocs, 1, memory_order_relaxed);
     goto retry;
@@ -597,7 +598,7 @@ void ht_visit_oldest(struct ht_table *t, ht_key pattern, ht_key mask, uintptr_t 
 {
     for (size_t si = 0; si <= t->smask; si++) {
         struct ht_stripe *s = &t->stripes[si];
-        util_spin_lock(&s->lock);
+        util_bias_lock(&s->lock);
         for (size_t i = 0; i <= s->mask; i++) {
             struct ht_bucket *b = &s->b[i];
             for (int j = 0; j < HT_SLOTS; j++) {
@@ -612,7 +613,7 @@ void ht_visit_oldest(struct ht_table *t, ht_key pattern, ht_key mask, uintptr_t 
                 fn(b->e[j].key, cur, arg);
             }
         }
-        util_spin_unlock(&s->lock);
+        util_bias_unlock(&s->lock);
     }
 }
 
@@ -621,7 +622,7 @@ size_t ht_count(struct ht_table *t)
     size_t n = 0;
     for (size_t i = 0; i <= t->smask; i++) {
         struct ht_stripe *s = &t->stripes[i];
-        util_spin_lock(&s->lock);
+        util_bias_lock(&s->lock);
         for (size_t b = 0; b <= s->mask; b++)
             for (int j = 0; j < HT_SLOTS; j++) {
                 ht_value v = s->b[b].e[j].val;
@@ -632,7 +633,7 @@ size_t ht_count(struct ht_table *t)
                 else
                     n++;
             }
-        util_spin_unlock(&s->lock);
+        util_bias_unlock(&s->lock);
     }
     return n;
 }
@@ -644,12 +645,12 @@ void ht_stats(struct ht_table *t, struct ht_stats *st)
     st->queue_allocs = atomic_load_explicit(&t->qallocs, memory_order_relaxed);
     for (size_t i = 0; i <= t->smask; i++) {
         struct ht_stripe *s = &t->stripes[i];
-        util_spin_lock(&s->lock);
+        util_bias_lock(&s->lock);
         st->buckets += s->mask + 1;
         st->keys += s->used;
         st->grows += s->grows;
         st->shrinks += s->shrinks;
-        util_spin_unlock(&s->lock);
+        util_bias_unlock(&s->lock);
     }
 }
 
@@ -681,7 +682,7 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
         do {
             int n = 0, nd = 0;
             full = 0;
-            util_spin_lock(&s->lock);
+            util_bias_lock(&s->lock);
             for (size_t i = 0; i <= s->mask && !full; i++) {
                 struct ht_bucket *b = &s->b[i];
                 for (int j = 0; j < HT_SLOTS && !full; j++) {
@@ -713,7 +714,7 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
                     full = n == BATCH || nd == BATCH;
                 }
             }
-            util_spin_unlock(&s->lock);
+            util_bias_unlock(&s->lock);
             for (int x = 0; x < nd; x++)
                 ht_queue_free(dead[x]);
             for (int x = 0; x < n; x++)

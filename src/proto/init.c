@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "proto.h"
+#include "util/bias.h"
 
 int mpiv_initialized(void) { return proto.initialized; }
 int mpiv_rank(void) { return proto.initialized ? proto.rank : -1; }
@@ -73,9 +74,9 @@ int mpiv_init(int *argc, char ***argv)
     proto_comm_init();
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     srv_set_data_handler(proto_on_data);
-    /* Before the workers start: without a server thread an idle worker
-     * with no ULT then stays out of the network from its first idle spell
-     * (sched.c), leaving it to the threads that wait. */
+    /* Before the workers start: an idle worker without ULTs then stays out
+     * of the network from its first idle spell (sched.c), so that it never
+     * takes the one-thread fast path from the thread that communicates. */
     sched_set_idle_stay(srv_inline());
     rc = sched_init(cfg);
     if (rc)
@@ -99,6 +100,9 @@ int mpiv_init(int *argc, char ***argv)
         proto.initialized = 0;
         goto fail_sched;
     }
+    /* With a server thread two threads always communicate: no bias. */
+    if (cfg->one_thread && srv_inline())
+        util_bias_arm();
     return MPIV_SUCCESS;
 
 fail_sched:
@@ -141,6 +145,7 @@ int mpiv_finalize(void)
                         live == 1 ? "it" : "them");
     /* nobody stops its server while a peer may still be sending to it */
     int rc = mpiv_barrier();
+    util_bias_disarm();
     sched_set_idle_stay(false);
     sched_set_idle_hook(NULL);
     int rc2 = sched_finalize();

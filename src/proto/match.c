@@ -62,6 +62,7 @@
 
 #include "proto.h"
 #include "util/spinlock.h"
+#include "util/bias.h"
 
 _Atomic uint32_t proto_arrivals;
 
@@ -197,7 +198,7 @@ static bool posted_before(ht_value oldest, void *arg)
 ht_value proto_arrive_ordered(ht_key k, pkt_t *q)
 {
     struct mpiv_request *wake = NULL, *w = NULL;
-    util_spin_lock(&wc.lock);
+    util_bias_lock(&wc.lock);
     for (struct mpiv_request *r = wc.head, *next; r; r = next) {
         next = r->wnext;
         if (!ht_key_fits(k, r->wpat, r->wmask))
@@ -222,7 +223,7 @@ ht_value proto_arrive_ordered(ht_key k, pkt_t *q)
     } else {
         v = ht_match_pref(proto.ht, k, ht_val(q, HT_KIND_PKT), NULL, NULL, true);
     }
-    util_spin_unlock(&wc.lock);
+    util_bias_unlock(&wc.lock);
     while (wake) {
         struct mpiv_request *next = wake->wnext; /* before the signal frees it */
         proto_finish(wake, MPIV_SUCCESS);
@@ -233,10 +234,10 @@ ht_value proto_arrive_ordered(ht_key k, pkt_t *q)
 
 ht_value proto_post_ordered(ht_key k, struct mpiv_request *r)
 {
-    util_spin_lock(&wc.lock);
+    util_bias_lock(&wc.lock);
     r->seq = wc.seq++;
     ht_value v = ht_match_pref(proto.ht, k, ht_val(r, HT_KIND_REQ), NULL, NULL, true);
-    util_spin_unlock(&wc.lock);
+    util_bias_unlock(&wc.lock);
     return v;
 }
 
@@ -250,33 +251,33 @@ static bool src_failed(int src)
 int proto_post_wild(struct mpiv_request *r, int src, int tag, int ctx)
 {
     pattern(src, tag, ctx, &r->wpat, &r->wmask);
-    util_spin_lock(&wc.lock);
+    util_bias_lock(&wc.lock);
     ht_gate_add(proto.ht, 1); /* M1, M2: before the walk */
     pkt_t *p = take_oldest(r->wpat, r->wmask);
     if (p) {
         ht_gate_add(proto.ht, -1);
-        util_spin_unlock(&wc.lock);
+        util_bias_unlock(&wc.lock);
         proto_match(r, p, false);
         return MPIV_SUCCESS;
     }
     if (src_failed(src)) {
         /* a sweep for it ran already, or will not find us (I7 in p2p.c) */
         ht_gate_add(proto.ht, -1);
-        util_spin_unlock(&wc.lock);
+        util_bias_unlock(&wc.lock);
         return util_err(MPIV_ERR_PEER, "rank %d has failed: nothing more will come from it", src);
     }
     wl_append(r); /* keeps the gate open (M1) */
-    util_spin_unlock(&wc.lock);
+    util_bias_unlock(&wc.lock);
     return MPIV_SUCCESS;
 }
 
 bool proto_cancel_wild(struct mpiv_request *r)
 {
-    util_spin_lock(&wc.lock);
+    util_bias_lock(&wc.lock);
     bool was = r->listed;
     if (was)
         wl_unlink(r);
-    util_spin_unlock(&wc.lock);
+    util_bias_unlock(&wc.lock);
     return was;
 }
 
@@ -284,7 +285,7 @@ void proto_wild_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void *a
                         void (*fn)(struct mpiv_request *r, void *arg))
 {
     struct mpiv_request *got = NULL;
-    util_spin_lock(&wc.lock);
+    util_bias_lock(&wc.lock);
     for (struct mpiv_request *r = wc.head, *next; r; r = next) {
         next = r->wnext;
         if (!pred(r, arg))
@@ -293,7 +294,7 @@ void proto_wild_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void *a
         r->wnext = got;
         got = r;
     }
-    util_spin_unlock(&wc.lock);
+    util_bias_unlock(&wc.lock);
     while (got) {
         struct mpiv_request *next = got->wnext;
         fn(got, arg);
@@ -350,7 +351,7 @@ static int probe_wait(int src, int tag, int ctx, bool take, pkt_t **msg, mpiv_st
         w.wpat = pat;
         w.wmask = mask;
         struct oldest o;
-        util_spin_lock(&wc.lock);
+        util_bias_lock(&wc.lock);
         ht_gate_add(proto.ht, 1);
         bool found;
         if (take) {
@@ -361,7 +362,7 @@ static int probe_wait(int src, int tag, int ctx, bool take, pkt_t **msg, mpiv_st
         }
         if (found || src_failed(src)) {
             ht_gate_add(proto.ht, -1);
-            util_spin_unlock(&wc.lock);
+            util_bias_unlock(&wc.lock);
             if (!found)
                 return util_err(MPIV_ERR_PEER,
                                 "rank %d has failed: nothing more will come from it", src);
@@ -372,7 +373,7 @@ static int probe_wait(int src, int tag, int ctx, bool take, pkt_t **msg, mpiv_st
             return MPIV_SUCCESS;
         }
         wl_append(&w); /* keeps the gate open (M1) */
-        util_spin_unlock(&wc.lock);
+        util_bias_unlock(&wc.lock);
         int rc = proto_wait(&w, NULL);
         if (rc)
             return rc; /* its peer failed (p2p.c's sweep) */

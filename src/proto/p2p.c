@@ -135,6 +135,7 @@
 #include "proto.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
+#include "util/bias.h"
 
 struct proto_state proto;
 
@@ -183,7 +184,16 @@ void proto_finish(struct mpiv_request *r, int err)
     req_put_mr(r);
     r->status.error = err;
     /* The signal publishes everything above (release, see sched.h) and is
-     * the last access to r. */
+     * the last access to r. The bias's owner signals a request nobody
+     * waits on yet with a store: no other thread can register as its
+     * waiter before revoking the bias (proto_wait), and revocation waits
+     * for this section to end (bias.h, B1). */
+    if (util_bias_begin()) {
+        bool done = sched_signal_unwaited(&r->sync);
+        util_bias_end();
+        if (done)
+            return;
+    }
     sched_signal(&r->sync);
 }
 
@@ -214,6 +224,9 @@ static void pthread_poll(struct mpiv_request *r)
 
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
 {
+    /* A waiter other than the bias's owner registers with a CAS that the
+     * owner's plain signal would not see: it revokes the bias first. */
+    util_bias_claim();
     if (!sched_in_ult())
         pthread_poll(r);
     sched_wait(&r->sync);

@@ -380,8 +380,8 @@ static void worker_loop(struct sched_worker *w)
         /* Without a server thread (idle_stay) the network is polled by
          * whoever waits on it: a worker with no ULT has nobody to poll
          * for, and keeps out of the network, so that a program that
-         * communicates from one pthread stays the only thread in it
-         * instead of contending with a worker for the progress lock. */
+         * communicates from one pthread stays the only thread in it (the
+         * one-thread fast path, util/bias.h). */
         bool poll = !atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed) ||
                     has_live(w);
         for (;;) {

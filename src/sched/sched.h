@@ -41,6 +41,20 @@ static inline void sched_sync_init(sched_sync *s) { atomic_init(&s->state, 0); }
  * publication sees it signalled. */
 static inline void sched_sync_init_signalled(sched_sync *s) { atomic_init(&s->state, 1); }
 
+/* Signals s with a plain store if no waiter is registered on it, for a
+ * caller that knows no waiter can register meanwhile (the one-thread fast
+ * path's owner, util/bias.h); returns false, having done nothing, if one
+ * is registered (the caller then calls sched_signal). Release: as
+ * sched_signal's. */
+static inline bool sched_signal_unwaited(sched_sync *s)
+{
+    /* relaxed: by the caller's guarantee only this thread changes s now */
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) != 0)
+        return false;
+    atomic_store_explicit(&s->state, 1, memory_order_release);
+    return true;
+}
+
 /* Whether s was signalled and no wait consumed it yet (a poll: the next
  * sched_wait returns at once). Acquire: the signaller's writes before its
  * signal are visible to whoever sees true. */

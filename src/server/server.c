@@ -41,6 +41,7 @@
 #include "server/srv_int.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
+#include "util/bias.h"
 
 #define SRV_BATCH 16
 /* Bytes of copies queued past which srv_send_copy refuses (SRV_COPY_FULL,
@@ -255,9 +256,9 @@ void srv_set_backoff(uint64_t spin_ns, uint64_t max_sleep_ns)
 
 void srv_get_stats(struct srv_stats *st)
 {
-    util_spin_lock(&srv_g.progress_lock);
+    util_bias_lock(&srv_g.progress_lock);
     *st = srv_g.stats;
-    util_spin_unlock(&srv_g.progress_lock);
+    util_bias_unlock(&srv_g.progress_lock);
     st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
     st->copies = atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed);
 }
@@ -273,7 +274,7 @@ const char *srv_backend_name(void)
 
 int srv_get_net_stats(struct srv_net_stats *st, int max)
 {
-    util_spin_lock(&srv_g.progress_lock);
+    util_bias_lock(&srv_g.progress_lock);
     int n = 0;
     for (; n < srv_g.nnets && n < max; n++) {
         struct srv_net *net = &srv_g.nets[n];
@@ -287,7 +288,7 @@ int srv_get_net_stats(struct srv_net_stats *st, int max)
             .read_bytes = atomic_load_explicit(&net->read_bytes, memory_order_relaxed),
         };
     }
-    util_spin_unlock(&srv_g.progress_lock);
+    util_bias_unlock(&srv_g.progress_lock);
     return n;
 }
 
@@ -302,9 +303,9 @@ uint64_t srv_peer_arrivals(int peer)
 {
     if (!srv_g.peer_msgs || peer < 0 || peer >= srv_g.size)
         return 0;
-    util_spin_lock(&srv_g.progress_lock);
+    util_bias_lock(&srv_g.progress_lock);
     uint64_t n = srv_g.peer_msgs[peer];
-    util_spin_unlock(&srv_g.progress_lock);
+    util_bias_unlock(&srv_g.progress_lock);
     return n;
 }
 
@@ -886,9 +887,9 @@ int srv_progress(void)
     if (!srv_g.inited || !atomic_load_explicit(&srv_g.running, memory_order_acquire))
         return 0;
     int did = 0;
-    if (util_spin_trylock(&srv_g.progress_lock)) {
+    if (util_bias_trylock(&srv_g.progress_lock)) {
         did = progress_round();
-        util_spin_unlock(&srv_g.progress_lock);
+        util_bias_unlock(&srv_g.progress_lock);
     }
     return did;
 }
@@ -935,9 +936,9 @@ static void *server_loop(void *arg)
     uint64_t idle_start = 0, sleep = 0;
     while (!atomic_load_explicit(&srv_g.stop, memory_order_acquire)) {
         int did = 0;
-        if (util_spin_trylock(&srv_g.progress_lock)) {
+        if (util_bias_trylock(&srv_g.progress_lock)) {
             did = progress_round();
-            util_spin_unlock(&srv_g.progress_lock);
+            util_bias_unlock(&srv_g.progress_lock);
         }
         if (did) {
             idle_start = 0;
@@ -1140,7 +1141,7 @@ static void log_traffic(void)
     size_t off = 0;
     int shown = 0;
     /* the server thread still runs (until teardown) and counts arrivals */
-    util_spin_lock(&srv_g.progress_lock);
+    util_bias_lock(&srv_g.progress_lock);
     for (int r = 0; r < srv_g.size && off < sizeof line; r++) {
         if (shown == 64) {
             off += (size_t)snprintf(line + off, sizeof line - off, " ...");
@@ -1152,7 +1153,7 @@ static void log_traffic(void)
             off += (size_t)w;
         shown++;
     }
-    util_spin_unlock(&srv_g.progress_lock);
+    util_bias_unlock(&srv_g.progress_lock);
     if (off >= sizeof line)
         off = sizeof line - 1;
     line[off] = '\0';
@@ -1261,13 +1262,13 @@ int srv_start(void)
 {
     if (!srv_g.inited || atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed))
         return util_err(MPIV_ERR_STATE, "server: srv_start before srv_init or twice");
-    util_spin_lock(&srv_g.progress_lock);
+    util_bias_lock(&srv_g.progress_lock);
     bool none = false;
     for (int k = 0; k < srv_g.nnets; k++) {
         refill_recvs(&srv_g.nets[k]);
         none = none || srv_g.nets[k].posted_recvs == 0;
     }
-    util_spin_unlock(&srv_g.progress_lock);
+    util_bias_unlock(&srv_g.progress_lock);
     if (none)
         return util_err(MPIV_ERR_NO_RESOURCES,
                         "server: could not post any receive packet (pool of %zu packets)",
@@ -1354,9 +1355,9 @@ int srv_finalize(void)
     uint64_t deadline = util_now_ns() + 10ull * 1000000000u;
     while (atomic_load_explicit(&srv_g.outstanding, memory_order_relaxed) > 0) {
         if (!atomic_load_explicit(&srv_g.thread_started, memory_order_relaxed) &&
-            util_spin_trylock(&srv_g.progress_lock)) {
+            util_bias_trylock(&srv_g.progress_lock)) {
             progress_round();
-            util_spin_unlock(&srv_g.progress_lock);
+            util_bias_unlock(&srv_g.progress_lock);
         }
         if (util_now_ns() > deadline) {
             rc = util_err(MPIV_ERR_NET, "server: %ld operations still outstanding after 10 s",

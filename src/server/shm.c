@@ -117,6 +117,7 @@
 #include "server/srv_ratelimit.h"
 #include "server/srv_test_hooks.h"
 #include "util/spinlock.h"
+#include "util/bias.h"
 
 /* Bytes per ring: SHM_RING_MAX, halved while the rank's segment (one ring
  * per sender, itself included) would pass SHM_BYTES_PER_RANK, but never
@@ -639,17 +640,17 @@ static int ring_full(struct srv_backend *be, int peer, const char *what)
 static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
 {
     struct rec_spot at;
-    util_spin_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->send_lock[peer]);
     struct shm_rec *r = rec_begin(be, peer, p->len, &at);
     if (!r) {
-        util_spin_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->send_lock[peer]);
         return ring_full(be, peer, "send");
     }
     r->kind = REC_MSG;
     r->len = p->len;
     memcpy(r->data, p->data, p->len);
     rec_commit(&at, r, p->len);
-    util_spin_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->send_lock[peer]);
     return SRV_DONE; /* the data left with the call: p is free */
 }
 
@@ -662,10 +663,10 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
         return util_err(MPIV_ERR_ARG, "shm: an inline send of %zu bytes (at most %zu)", total,
                         be->inline_max);
     struct rec_spot at;
-    util_spin_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->send_lock[peer]);
     struct shm_rec *r = rec_begin(be, peer, total, &at);
     if (!r) {
-        util_spin_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->send_lock[peer]);
         return ring_full(be, peer, "send");
     }
     r->kind = REC_MSG;
@@ -674,7 +675,7 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     if (len)
         memcpy(r->data + hlen, payload, len);
     rec_commit(&at, r, total);
-    util_spin_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->send_lock[peer]);
     return SRV_DONE;
 }
 
@@ -808,14 +809,14 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
         }
     }
     size_t chunk_max = be->rec_max - CHUNK_ADDR < SHM_CHUNK ? be->rec_max - CHUNK_ADDR : SHM_CHUNK;
-    util_spin_lock(&be->send_lock[op->peer]);
+    util_bias_lock(&be->send_lock[op->peer]);
     for (;;) {
         size_t off = (size_t)op->note[0];
         size_t n = op->len - off < chunk_max ? op->len - off : chunk_max;
         struct rec_spot at;
         struct shm_rec *c = rec_begin(be, op->peer, off < op->len ? CHUNK_ADDR + n : 0, &at);
         if (!c) {
-            util_spin_unlock(&be->send_lock[op->peer]);
+            util_bias_unlock(&be->send_lock[op->peer]);
             int rc = ring_full(be, op->peer, "RDMA write");
             if (rc != SRV_AGAIN) {
                 util_log_error("%s", mpiv_error_detail());
@@ -840,7 +841,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             break;
         }
     }
-    util_spin_unlock(&be->send_lock[op->peer]);
+    util_bias_unlock(&be->send_lock[op->peer]);
     write_finished(be, op, MPIV_SUCCESS);
     return MPIV_SUCCESS;
 }
@@ -1136,10 +1137,10 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
     if (n > be->rec_max - addr)
         n = be->rec_max - addr;
     struct rec_spot at;
-    util_spin_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->send_lock[peer]);
     struct shm_rec *c = rec_begin(be, peer, addr + n, &at);
     if (!c) {
-        util_spin_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->send_lock[peer]);
         return SRV_AGAIN;
     }
     c->kind = kind;
@@ -1161,7 +1162,7 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
     } else {
         rec_publish(&at, c, true_lines);
     }
-    util_spin_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->send_lock[peer]);
     return MPIV_SUCCESS;
 }
 

@@ -77,6 +77,11 @@ static const struct cfg_var cfg_vars[] = {
      "who moves the network: thread = a server thread per rank; inline = the threads that wait "
      "(idle workers, waiting pthreads), MPI-style, with no extra thread; auto = inline when the "
      "rank has fewer cores than MPIV_WORKERS + 1, else thread"},
+    {"MPIV_ONE_THREAD", CFG_WORDS, OFF(one_thread), 0, 1, 1, "off|auto",
+     "auto = while a single thread communicates (no server thread; one pthread, or one worker "
+     "running every ULT), its locks and request completions use no locked instruction; the "
+     "first other thread to communicate turns that off for good at the cost of one "
+     "membarrier(2); off = always lock"},
     {"MPIV_SHM_EAGER_LIMIT", CFG_SIZE, OFF(shm_eager_limit), 0, 1 << 20, 0, NULL,
      "shm backend: largest message sent eagerly, straight into the receiver's ring (no packet, "
      "so it may exceed MPIV_PACKET_SIZE); at most a quarter of a ring less 56 bytes (rings are "

@@ -90,6 +90,7 @@ struct util_config {
     int64_t net;            /* MPIV_NET: enum util_net                       */
     int64_t shm_cma;        /* MPIV_SHM_CMA: 1 on, 0 off                     */
     int64_t server;         /* MPIV_SERVER: enum util_server, never AUTO     */
+    int64_t one_thread;     /* MPIV_ONE_THREAD: 1 auto, 0 off                */
     int64_t shm_eager_limit; /* MPIV_SHM_EAGER_LIMIT: largest eager on shm   */
     int64_t shm_ring;       /* MPIV_SHM_RING: bytes per ring, 0 = by ranks   */
     int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */

@@ -1,0 +1,188 @@
+/*
+ * The one-thread fast path in a real job (src/util/bias.h), 2 ranks with
+ * inline progress (MPIV_SERVER=inline, MPIV_WORKERS=1):
+ *   case "pthread": the main thread communicates alone and owns the bias
+ *   (no locked instruction on its paths); then a second pthread joins in
+ *   the middle of the main thread's traffic, revokes it, and both streams
+ *   arrive intact; ULTs communicate afterwards as usual.
+ *   case "ult": one worker runs every ULT, so the worker owns the bias
+ *   while 64 ULTs ping-pong.
+ * With MPIV_ONE_THREAD=off nobody may own it. Each case runs in its own
+ * job (CK_RUN_CASE), since a revocation lasts until mpiv_finalize.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/check_main.h"
+#include "common/test_data.h"
+#include "common/test_mpiv.h"
+#include "mpiv.h"
+#include "util/bias.h"
+
+static int me, partner;
+
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
+                      mpiv_error_detail());                                                  \
+    } while (0)
+
+static bool bias_expected(void)
+{
+    const char *v = getenv("MPIV_ONE_THREAD");
+    return !(v && strcmp(v, "off") == 0);
+}
+
+/* Round trips on `tag` with sizes cycling through eager and rendezvous
+ * ones; returns 0, or a code naming what went wrong. */
+static long pingpong(int tag, int rounds, unsigned char *out, unsigned char *in)
+{
+    static const size_t sizes[] = {0, 8, 200, 4000, 70000, 300000};
+    int first = me == 0;
+    for (int i = 0; i < rounds; i++) {
+        size_t n = sizes[i % 6];
+        unsigned seed = (unsigned)(tag * 1000 + i);
+        mpiv_status_t st;
+        if (first) {
+            fill(out, n, seed);
+            if (mpiv_send(out, n, partner, tag) != MPIV_SUCCESS)
+                return 1;
+            if (mpiv_recv(in, 300000, partner, tag, &st) != MPIV_SUCCESS || st.size != n)
+                return 2;
+            for (size_t k = 0; k < n; k++)
+                if (in[k] != pattern(k, seed + 1))
+                    return 3;
+        } else {
+            if (mpiv_recv(in, 300000, partner, tag, &st) != MPIV_SUCCESS || st.size != n)
+                return 2;
+            for (size_t k = 0; k < n; k++)
+                if (in[k] != pattern(k, seed))
+                    return 3;
+            fill(out, n, seed + 1);
+            if (mpiv_send(out, n, partner, tag) != MPIV_SUCCESS)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+struct stream {
+    int tag, rounds;
+    long rc;
+};
+
+static void *stream_main(void *p)
+{
+    struct stream *s = p;
+    unsigned char *out = malloc(300000), *in = malloc(300000);
+    s->rc = out && in ? pingpong(s->tag, s->rounds, out, in) : 9;
+    free(out);
+    free(in);
+    return NULL;
+}
+
+START_TEST(main_thread_owns_then_a_second_joins)
+{
+    struct stream a = {.tag = 1, .rounds = 300};
+    stream_main(&a);
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert_int_eq(util_bias_mine(), bias_expected());
+    ck_assert_int_eq(util_bias_revocations(), 0);
+
+    /* the second pthread starts while the main thread's traffic runs (the
+     * main thread's stream is the longer one) */
+    struct stream b = {.tag = 2, .rounds = 300};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, stream_main, &b), 0);
+    struct stream c = {.tag = 3, .rounds = 600};
+    stream_main(&c);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(b.rc, 0);
+    ck_assert_int_eq(c.rc, 0);
+    ck_assert(!util_bias_mine());
+    ck_assert_int_eq(util_bias_revocations(), bias_expected() ? 1 : 0);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static void *ult_stream(void *p)
+{
+    struct stream *s = p;
+    stream_main(s);
+    return NULL;
+}
+
+static void run_ults(int n, int rounds)
+{
+    mpiv_ult_t u[64];
+    struct stream s[64];
+    for (int i = 0; i < n; i++) {
+        s[i] = (struct stream){.tag = 100 + i, .rounds = rounds};
+        OK(mpiv_ult_spawn(ult_stream, &s[i], MPIV_WORKER_ANY, &u[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        OK(mpiv_ult_join(u[i], NULL));
+        ck_assert_msg(s[i].rc == 0, "ULT %d: %ld", i, s[i].rc);
+    }
+}
+
+START_TEST(ults_after_a_revocation)
+{
+    run_ults(64, 12);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static atomic_int ult_owned;
+
+static void *owner_check(void *unused)
+{
+    (void)unused;
+    atomic_store(&ult_owned, util_bias_mine());
+    return NULL;
+}
+
+START_TEST(one_worker_owns_it_for_its_ults)
+{
+    run_ults(64, 30);
+    mpiv_ult_t u;
+    OK(mpiv_ult_spawn(owner_check, NULL, MPIV_WORKER_ANY, &u));
+    OK(mpiv_ult_join(u, NULL));
+    ck_assert_int_eq(atomic_load(&ult_owned), bias_expected());
+    ck_assert_int_eq(util_bias_revocations(), 0);
+    ck_assert(!util_bias_mine()); /* the main thread is not the owner */
+}
+END_TEST
+
+static int one_thread_init(int *argc, char ***argv)
+{
+    if (test_mpiv_init(argc, argv))
+        return 1;
+    me = mpiv_rank();
+    partner = me ^ 1;
+    return mpiv_size() == 2 ? 0 : 2;
+}
+
+static Suite *one_thread_suite(void)
+{
+    Suite *s = suite_create("one_thread");
+    TCase *p = tcase_create("pthread");
+    tcase_set_timeout(p, 120);
+    tcase_add_test(p, main_thread_owns_then_a_second_joins);
+    tcase_add_test(p, ults_after_a_revocation);
+    suite_add_tcase(s, p);
+    TCase *u = tcase_create("ult");
+    tcase_set_timeout(u, 120);
+    tcase_add_test(u, one_worker_owns_it_for_its_ults);
+    suite_add_tcase(s, u);
+    return s;
+}
+
+static bool one_thread_quiet(void) { return me != 0; }
+
+CHECK_MAIN(.suite = one_thread_suite, .fork = CK_NOFORK, .init = one_thread_init,
+           .quiet = one_thread_quiet, .fini = test_mpiv_fini);

@@ -1,0 +1,232 @@
+/*
+ * Tests of the one-thread fast path (src/util/bias.h): the owner takes
+ * biased locks without a locked instruction, a second thread revokes the
+ * bias and waits for the owner's open sections (B1, B2), and nothing the
+ * owner wrote plainly is lost to a thread that locks after the revocation
+ * (B5). The stress case fails if the revoker does not wait for the owner's
+ * depth to drain, if the owner does not read the word again after raising
+ * its depth, or if a third thread may lock for real before the drain ends
+ * (a revoker that turns the bias off before waiting).
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/check_main.h"
+#include "sched/sched.h"
+#include "util/bias.h"
+
+static int locked(util_spinlock *l) { return atomic_load(&l->locked); }
+
+START_TEST(unarmed_locks_for_real)
+{
+    util_bias_disarm();
+    util_spinlock l = UTIL_SPINLOCK_INIT;
+    util_bias_lock(&l);
+    ck_assert_int_eq(locked(&l), 1);
+    ck_assert(!util_bias_trylock(&l));
+    util_bias_unlock(&l);
+    ck_assert_int_eq(locked(&l), 0);
+    ck_assert(!util_bias_mine());
+}
+END_TEST
+
+START_TEST(owner_takes_plainly_and_nests)
+{
+    ck_assert_msg(util_bias_arm(), "membarrier(2) is needed for the fast path");
+    util_spinlock a = UTIL_SPINLOCK_INIT, b = UTIL_SPINLOCK_INIT;
+    util_bias_lock(&a); /* the first lock claims the bias */
+    ck_assert(util_bias_mine());
+    ck_assert_int_eq(locked(&a), UTIL_SPIN_PLAIN);
+    ck_assert_uint_eq(atomic_load(&util_bias_depth), 1);
+    ck_assert(!util_bias_trylock(&a)); /* B3: still held, by us */
+    ck_assert(util_bias_trylock(&b));
+    ck_assert_int_eq(locked(&b), UTIL_SPIN_PLAIN);
+    ck_assert_uint_eq(atomic_load(&util_bias_depth), 2);
+    util_bias_unlock(&b);
+    util_bias_unlock(&a);
+    ck_assert_int_eq(locked(&a), 0);
+    ck_assert_int_eq(locked(&b), 0);
+    ck_assert_uint_eq(atomic_load(&util_bias_depth), 0);
+    util_bias_disarm();
+    ck_assert(!util_bias_mine());
+}
+END_TEST
+
+START_TEST(signal_unwaited_only_without_waiter)
+{
+    sched_sync s = SCHED_SYNC_INIT;
+    ck_assert(sched_signal_unwaited(&s));
+    ck_assert(sched_sync_signalled(&s));
+    ck_assert(!sched_signal_unwaited(&s)); /* pending already: left alone */
+    sched_sync w;
+    atomic_init(&w.state, (uintptr_t)0x1000); /* a registered waiter */
+    ck_assert(!sched_signal_unwaited(&w));
+    ck_assert_uint_eq(atomic_load(&w.state), 0x1000);
+}
+END_TEST
+
+/* --- a second thread waits for the owner's open section ----------------- */
+
+static util_spinlock lock_a = UTIL_SPINLOCK_INIT, lock_b = UTIL_SPINLOCK_INIT;
+static atomic_int owner_done; /* set by the owner just before it unlocks */
+static atomic_int saw_done;   /* what the second thread saw when it got in */
+
+static void *take_other_lock(void *unused)
+{
+    (void)unused;
+    util_bias_lock(&lock_b); /* a different lock: the wait is for the owner's depth */
+    atomic_store(&saw_done, atomic_load(&owner_done));
+    ck_assert_int_eq(locked(&lock_b), 1); /* taken for real */
+    util_bias_unlock(&lock_b);
+    return NULL;
+}
+
+START_TEST(revoker_waits_for_open_sections)
+{
+    ck_assert(util_bias_arm());
+    long before = util_bias_revocations();
+    atomic_store(&owner_done, 0);
+    util_bias_lock(&lock_a);
+    ck_assert(util_bias_mine());
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, take_other_lock, NULL), 0);
+    struct timespec nap = {0, 100 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    atomic_store(&owner_done, 1);
+    util_bias_unlock(&lock_a);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&saw_done), 1);
+    ck_assert_int_eq(util_bias_revocations(), before + 1);
+    ck_assert(!util_bias_mine());
+    util_bias_lock(&lock_a); /* the former owner now locks for real too */
+    ck_assert_int_eq(locked(&lock_a), 1);
+    util_bias_unlock(&lock_a);
+    util_bias_disarm();
+}
+END_TEST
+
+/* --- revocation in the middle of traffic -------------------------------- */
+
+#define ROUNDS 100
+#define PER_THREAD 3000
+
+static util_spinlock counter_lock = UTIL_SPINLOCK_INIT;
+static long counter; /* plain: only ever touched under counter_lock */
+static atomic_int go;
+
+/* A read-modify-write stretched over a few microseconds, so that two
+ * threads inside at once lose an update nearly every time: longer than a
+ * membarrier takes, or the revoker would come out of it only after the
+ * owner's section had ended anyway, and a missing wait would go unseen. */
+static void bump(void)
+{
+    long v = counter;
+    for (volatile int i = 0; i < 2000; i++)
+        ;
+    counter = v + 1;
+}
+
+/* One increment, in one of the three ways the library protects data:
+ * a biased lock, a biased trylock, or a plain section with no lock word at
+ * all (util_bias_begin/end, as a request's signal), which falls back to a
+ * real lock once the bias is gone. The third is what B1's wait protects
+ * alone: without it, or without B2's second read of the word, a revoker's
+ * first increment lands inside the owner's stretched one. */
+static void section(int way)
+{
+    if (way == 0) {
+        util_bias_lock(&counter_lock);
+    } else if (way == 1) {
+        while (!util_bias_trylock(&counter_lock))
+            util_cpu_relax();
+    } else if (util_bias_begin()) {
+        bump();
+        util_bias_end();
+        return;
+    } else {
+        util_spin_lock(&counter_lock);
+        bump();
+        util_spin_unlock(&counter_lock);
+        return;
+    }
+    bump();
+    util_bias_unlock(&counter_lock);
+}
+
+static void *contender(void *arg)
+{
+    unsigned delay = (unsigned)(uintptr_t)arg;
+    while (!atomic_load(&go))
+        ;
+    for (volatile unsigned i = 0; i < delay; i++)
+        ;
+    for (int i = 0; i < PER_THREAD; i++)
+        section(i % 3);
+    return NULL;
+}
+
+/* A third thread, which starts the moment the word stops naming the owner:
+ * if it could lock for real then, it would land in the owner's section. */
+static _Atomic uintptr_t owner_token;
+
+static void *watcher(void *unused)
+{
+    (void)unused;
+    while (atomic_load(&util_bias_word) == atomic_load(&owner_token))
+        ;
+    for (int i = 0; i < PER_THREAD; i++)
+        section(i % 3);
+    return NULL;
+}
+
+START_TEST(revocation_under_traffic_loses_nothing)
+{
+    unsigned seed = (unsigned)time(NULL);
+    long revoked = util_bias_revocations();
+    for (int r = 0; r < ROUNDS; r++) {
+        ck_assert(util_bias_arm());
+        counter = 0;
+        atomic_store(&go, 0);
+        util_bias_lock(&counter_lock); /* claim: this thread owns the bias */
+        bump();
+        util_bias_unlock(&counter_lock);
+        ck_assert(util_bias_mine());
+        atomic_store(&owner_token, util_bias_token());
+        pthread_t t, t3;
+        ck_assert_int_eq(pthread_create(&t3, NULL, watcher, NULL), 0);
+        /* the second thread starts somewhere in the owner's first few
+         * thousand sections */
+        ck_assert_int_eq(pthread_create(&t, NULL, contender, (void *)(uintptr_t)(rand_r(&seed) % 200000)), 0);
+        atomic_store(&go, 1);
+        for (int i = 1; i < PER_THREAD; i++)
+            section(2 - i % 3);
+        pthread_join(t, NULL);
+        pthread_join(t3, NULL);
+        ck_assert_msg(counter == 3 * PER_THREAD, "round %d: %ld increments of %d survived", r,
+                      counter, 3 * PER_THREAD);
+        util_bias_disarm();
+    }
+    /* each round's second thread revoked once (the third only waits for
+     * it): the owner disarms only after joining both */
+    ck_assert_int_eq(util_bias_revocations() - revoked, ROUNDS);
+}
+END_TEST
+
+static Suite *bias_suite(void)
+{
+    Suite *s = suite_create("bias");
+    TCase *tc = tcase_create("bias");
+    tcase_add_test(tc, unarmed_locks_for_real);
+    tcase_add_test(tc, owner_takes_plainly_and_nests);
+    tcase_add_test(tc, signal_unwaited_only_without_waiter);
+    tcase_add_test(tc, revoker_waits_for_open_sections);
+    tcase_add_test(tc, revocation_under_traffic_loses_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+CHECK_MAIN(.suite = bias_suite);
