@@ -187,8 +187,9 @@ void proto_finish(struct mpiv_request *r, int err)
      * the last access to r. The bias's owner signals a request nobody
      * waits on yet with a store: no other thread can register as its
      * waiter before revoking the bias (proto_wait), and revocation waits
-     * for this section to end (bias.h, B1). */
-    if (util_bias_begin()) {
+     * for this section to end (bias.h, B1). A request a ULT already waits
+     * on (the usual case for ULTs) goes straight to sched_signal. */
+    if (sched_sync_idle(&r->sync) && util_bias_begin()) {
         bool done = sched_signal_unwaited(&r->sync);
         util_bias_end();
         if (done)

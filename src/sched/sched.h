@@ -41,6 +41,14 @@ static inline void sched_sync_init(sched_sync *s) { atomic_init(&s->state, 0); }
  * publication sees it signalled. */
 static inline void sched_sync_init_signalled(sched_sync *s) { atomic_init(&s->state, 1); }
 
+/* Whether s is neither signalled nor waited on, as a peek (relaxed): for a
+ * caller choosing between sched_signal_unwaited and sched_signal, which
+ * both look again. */
+static inline bool sched_sync_idle(sched_sync *s)
+{
+    return atomic_load_explicit(&s->state, memory_order_relaxed) == 0;
+}
+
 /* Signals s with a plain store if no waiter is registered on it, for a
  * caller that knows no waiter can register meanwhile (the one-thread fast
  * path's owner, util/bias.h); returns false, having done nothing, if one

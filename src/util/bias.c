@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 struct util_bias_line util_bias_word_, util_bias_depth_;
-_Thread_local uint16_t util_bias_me __attribute__((tls_model("initial-exec")));
+_Thread_local uint16_t util_bias_me;
 
 static pthread_mutex_t bias_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool registered; /* membarrier's private expedited command, under bias_mu */

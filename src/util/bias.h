@@ -88,11 +88,15 @@
 struct util_bias_line {
     _Alignas(UTIL_CACHELINE) _Atomic uintptr_t v;
 };
-extern struct util_bias_line util_bias_word_, util_bias_depth_;
+/* hidden: read on every biased lock, so addressed directly rather than
+ * through the shared library's GOT */
+extern struct util_bias_line util_bias_word_ __attribute__((visibility("hidden")));
+extern struct util_bias_line util_bias_depth_ __attribute__((visibility("hidden")));
 #define util_bias_word (util_bias_word_.v)
 #define util_bias_depth (util_bias_depth_.v)
 /* Only its address is used: the calling thread's token, even (B1). */
-extern _Thread_local uint16_t util_bias_me __attribute__((tls_model("initial-exec")));
+extern _Thread_local uint16_t util_bias_me
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 /* Arms the fast path: the next thread to take a biased lock owns it.
  * Returns false (and leaves it off) where membarrier(2) is missing. */
@@ -117,7 +121,7 @@ static inline bool util_bias_begin(void)
 {
     /* relaxed: B2's ordering comes from membarrier, not from this load */
     uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_relaxed);
-    if (util_likely(w == 0))
+    if (w == 0) /* no hint: both ways are hot, in different programs */
         return false;
     uintptr_t me = util_bias_token();
     /* B2: the owner does not wait for its own revocation */
