@@ -52,9 +52,11 @@
  *       for this reason (it is held around matching-table calls).
  *   B5  What the owner wrote in plain sections is visible to whoever locks
  *       after it: a plain unlock stores 0 with release, so a later real
- *       lock's acquire exchange synchronises with it; and depth's decrement
+ *       lock's acquire exchange synchronises with it; depth's decrement
  *       is a release store that the revoker reads with acquire, before it
- *       releases the mutex that the threads waiting in settle take.
+ *       releases the mutex that the threads waiting in settle take, and
+ *       before it stores 0 with release, which a thread arriving later
+ *       reads with acquire (util_bias_begin, util_bias_claim).
  *   B6  The word goes from the owner's token only to 0, and from 0 back to
  *       armed only in util_bias_arm (mpiv_init): a bias is revoked once.
  *   B7  No other thread is in biased code when the bias is armed: a thread
@@ -95,6 +97,7 @@ extern struct util_bias_line util_bias_depth_ __attribute__((visibility("hidden"
 #define util_bias_word (util_bias_word_.v)
 #define util_bias_depth (util_bias_depth_.v)
 /* Only its address is used: the calling thread's token, even (B1). */
+_Static_assert(_Alignof(uint16_t) >= 2, "tokens must be even");
 extern _Thread_local uint16_t util_bias_me
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
@@ -119,8 +122,9 @@ static inline uintptr_t util_bias_token(void) { return (uintptr_t)&util_bias_me;
  * real. A non-owner that finds the bias on claims or revokes it here. */
 static inline bool util_bias_begin(void)
 {
-    /* relaxed: B2's ordering comes from membarrier, not from this load */
-    uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_relaxed);
+    /* acquire: B5, for a thread that reads the revoker's 0 (a plain load
+     * on x86, LDAR on ARM); B2's ordering comes from membarrier */
+    uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_acquire);
     if (w == 0) /* no hint: both ways are hot, in different programs */
         return false;
     uintptr_t me = util_bias_token();
@@ -144,8 +148,8 @@ static inline bool util_bias_begin(void)
  * the bias unless the caller owns it or it is off. */
 static inline void util_bias_claim(void)
 {
-    /* relaxed: as in util_bias_begin */
-    uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_relaxed);
+    /* acquire: as in util_bias_begin */
+    uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_acquire);
     uintptr_t me = util_bias_token();
     if (util_unlikely(w != 0) && w != me && w != me + UTIL_BIAS_REVOKING)
         util_bias_settle(w);

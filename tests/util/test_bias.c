@@ -109,6 +109,59 @@ START_TEST(revoker_waits_for_open_sections)
 }
 END_TEST
 
+/* While its own revocation is under way the owner must not wait for it
+ * (the revoker waits for the owner's open section): with a section open,
+ * it takes further locks for real, and a claim returns at once. A thread
+ * arriving after the revocation locks for real. */
+static util_spinlock lock_c = UTIL_SPINLOCK_INIT;
+
+static void *lock_after(void *unused)
+{
+    (void)unused;
+    util_bias_lock(&lock_c);
+    atomic_store(&saw_done, locked(&lock_c));
+    util_bias_unlock(&lock_c);
+    return NULL;
+}
+
+START_TEST(owner_nests_during_its_revocation)
+{
+    ck_assert(util_bias_arm());
+    long before = util_bias_revocations();
+    atomic_store(&owner_done, 0);
+    util_bias_lock(&lock_a);
+    ck_assert(util_bias_mine());
+    uintptr_t me = util_bias_token();
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, take_other_lock, NULL), 0);
+    struct timespec nap = {0, 1000 * 1000};
+    for (int i = 0; atomic_load(&util_bias_word) != me + UTIL_BIAS_REVOKING; i++) {
+        ck_assert_msg(i < 10000, "the second thread never started revoking");
+        nanosleep(&nap, NULL);
+    }
+    util_bias_lock(&lock_c); /* nested, during the revocation: for real */
+    ck_assert_int_eq(locked(&lock_c), 1);
+    util_bias_claim(); /* returns: it does not wait for its own revocation */
+    util_spinlock d = UTIL_SPINLOCK_INIT;
+    ck_assert(util_bias_trylock(&d));
+    ck_assert_int_eq(locked(&d), 1);
+    util_bias_unlock(&d);
+    util_bias_unlock(&lock_c);
+    ck_assert_uint_eq(atomic_load(&util_bias_word), me + UTIL_BIAS_REVOKING);
+    atomic_store(&owner_done, 1);
+    util_bias_unlock(&lock_a); /* the outer section ends: the revoker goes on */
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&saw_done), 1);
+    ck_assert_int_eq(util_bias_revocations(), before + 1);
+    ck_assert_uint_eq(atomic_load(&util_bias_word), 0);
+    atomic_store(&saw_done, 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, lock_after, NULL), 0);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&saw_done), 1); /* held for real */
+    util_bias_disarm();
+}
+END_TEST
+
 /* --- revocation in the middle of traffic -------------------------------- */
 
 #define ROUNDS 100
@@ -224,6 +277,7 @@ static Suite *bias_suite(void)
     tcase_add_test(tc, owner_takes_plainly_and_nests);
     tcase_add_test(tc, signal_unwaited_only_without_waiter);
     tcase_add_test(tc, revoker_waits_for_open_sections);
+    tcase_add_test(tc, owner_nests_during_its_revocation);
     tcase_add_test(tc, revocation_under_traffic_loses_nothing);
     suite_add_tcase(s, tc);
     return s;
