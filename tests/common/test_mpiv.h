@@ -10,6 +10,15 @@
 
 #include "mpiv.h"
 
+/* A Check assertion that an MPIv call succeeded, naming the call, its
+ * error and the detail (for files that include check.h). */
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
+                      mpiv_error_detail());                                                  \
+    } while (0)
+
 /* mpiv_init; 0, or 1 after saying why on stderr (the exit status). */
 static inline int test_mpiv_init(int *argc, char ***argv)
 {

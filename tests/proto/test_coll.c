@@ -23,13 +23,6 @@
 static int wme, wsize;
 static mpiv_comm_t reversed;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* A wrong result is recorded, not aborted on at once: the other ranks
  * would wait in the next collective. Each case ends with agree(), which
  * fails it on every rank if any rank saw a wrong result. */

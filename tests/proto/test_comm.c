@@ -22,13 +22,6 @@
 
 static int me, P;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* The same (source, tag) on the world and on a dup: each receive gets its
  * own communicator's message, whichever order they were sent and posted
  * in. Without separate contexts the first receive would take the first

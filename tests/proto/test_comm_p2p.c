@@ -51,13 +51,6 @@ static void case_teardown(void)
 /* Past the eager limit of every transport (shm: 64 KiB): a rendezvous. */
 #define BIG 300000
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 #define FAILS(call, err)                                                                     \
     do {                                                                                     \
         int rc_ = (call);                                                                    \

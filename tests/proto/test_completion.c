@@ -16,13 +16,6 @@
 
 static int me, nranks, partner;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* All MPIV_REQUEST_NULL: MPIV_UNDEFINED everywhere, as MPI says. */
 START_TEST(all_null_requests)
 {

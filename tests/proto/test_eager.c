@@ -45,6 +45,7 @@
 
 #include "common/check_main.h"
 #include "common/test_data.h"
+#include "common/test_mpiv.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 #include "sched/sched.h"
@@ -61,13 +62,6 @@ static void trace(const char *what)
         fprintf(stderr, "rank %d: %s after %.3f s\n", me, what, now - t0);
     t0 = now;
 }
-
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
 
 /* The sizes that matter: small ones, both sides of what a packet carries
  * and of the eager limit towards the other rank. */

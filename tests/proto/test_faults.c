@@ -13,18 +13,12 @@
 #include <string.h>
 
 #include "common/check_main.h"
+#include "common/test_mpiv.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 
 static int me;
 static size_t big; /* surely a rendezvous */
-
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
 
 static void fill(unsigned char *b, size_t n, unsigned seed)
 {

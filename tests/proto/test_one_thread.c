@@ -24,13 +24,6 @@
 
 static int me, partner;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 static bool bias_expected(void)
 {
     const char *v = getenv("MPIV_ONE_THREAD");

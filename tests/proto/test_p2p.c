@@ -21,13 +21,6 @@
 static int me, nranks, partner; /* partner: the other rank of my pair, or -1 */
 static size_t eager;            /* a size that is surely eager               */
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* ---------------------------------------------------------------------- */
 
 /* Every size from 0 to 16 MiB in powers of two and ±1 around them, both

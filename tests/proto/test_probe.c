@@ -25,13 +25,6 @@
 static int me, nranks, partner;
 static size_t eager;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* Past the eager limit of every transport (shm sends up to 64 KiB eagerly):
  * a rendezvous. */
 static size_t big(void) { return 3 * eager + 70000; }

@@ -44,13 +44,6 @@ static int me, nranks, partner;
 static size_t eager;
 static unsigned base_seed;
 
-#define OK(call)                                                                             \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        ck_assert_msg(rc_ == MPIV_SUCCESS, "%s -> %s (%s)", #call, mpiv_strerror(rc_),       \
-                      mpiv_error_detail());                                                  \
-    } while (0)
-
 /* --- the serial model ----------------------------------------------------- */
 
 enum { MAXM = 128, MAXR = 128, NTAGS = 3 };
