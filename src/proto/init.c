@@ -74,9 +74,11 @@ int mpiv_init(int *argc, char ***argv)
     proto_comm_init();
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     srv_set_data_handler(proto_on_data);
-    /* Before the workers start: an idle worker without ULTs then stays out
-     * of the network from its first idle spell (sched.c), so that it never
-     * takes the one-thread fast path from the thread that communicates. */
+    /* Without a server thread an idle worker is what moves the network for
+     * its blocked ULTs, so it must not sleep while it has any; and one
+     * without ULTs stays out of the network (sched.c), so that it never
+     * takes the one-thread fast path from the thread that communicates.
+     * Set before the workers start, for their first idle spell. */
     sched_set_idle_stay(srv_inline());
     rc = sched_init(cfg);
     if (rc)
@@ -89,9 +91,6 @@ int mpiv_init(int *argc, char ***argv)
      * waiting side then sees its message at once instead of after the
      * sleeping server's next timer tick. */
     sched_set_idle_hook(srv_progress);
-    /* Without a server thread an idle worker is what moves the network for
-     * its blocked ULTs, so it must not sleep while it has any (set above,
-     * before the workers started). */
     proto.initialized = 1;
     /* every rank is up before anybody sends: a message to a rank whose
      * server has not posted receives yet would be lost on some providers */

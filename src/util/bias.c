@@ -69,9 +69,8 @@ static void bias_revoke(uintptr_t owner)
                   "locks from now on");
 }
 
-bool util_bias_settle(uintptr_t w)
+bool util_bias_settle(void)
 {
-    (void)w; /* read again under the mutex: it may have changed */
     uintptr_t me = util_bias_token();
     pthread_mutex_lock(&bias_mu);
     /* relaxed: bias_mu orders claims and revocations among themselves;

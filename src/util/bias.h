@@ -107,9 +107,10 @@ bool util_bias_arm(void);
 /* Off for good, revoking first if another thread owns it. Call with no
  * biased lock held. */
 void util_bias_disarm(void);
-/* w was neither 0 nor our token: claims the bias if it is armed, else
- * revokes it (B1). Returns true if the caller owns it now. */
-bool util_bias_settle(uintptr_t w);
+/* The word held neither 0 nor our token: claims the bias if it is armed,
+ * else revokes it or waits for the revocation under way (B1); the word is
+ * read again under the mutex. Returns true if the caller owns it now. */
+bool util_bias_settle(void);
 /* For logs and tests: revocations since start, and whether the calling
  * thread owns the bias. */
 long util_bias_revocations(void);
@@ -129,7 +130,7 @@ static inline bool util_bias_begin(void)
         return false;
     uintptr_t me = util_bias_token();
     /* B2: the owner does not wait for its own revocation */
-    if (util_unlikely(w != me) && (w == me + UTIL_BIAS_REVOKING || !util_bias_settle(w)))
+    if (util_unlikely(w != me) && (w == me + UTIL_BIAS_REVOKING || !util_bias_settle()))
         return false;
     /* relaxed: only this thread writes depth */
     uintptr_t d = atomic_load_explicit(&util_bias_depth, memory_order_relaxed);
@@ -152,7 +153,7 @@ static inline void util_bias_claim(void)
     uintptr_t w = atomic_load_explicit(&util_bias_word, memory_order_acquire);
     uintptr_t me = util_bias_token();
     if (util_unlikely(w != 0) && w != me && w != me + UTIL_BIAS_REVOKING)
-        util_bias_settle(w);
+        util_bias_settle();
 }
 
 static inline void util_bias_end(void)
