@@ -227,10 +227,10 @@ static int match_opt(struct opts *o, void *ctx)
 }
 
 /* Tiles of 512 cells a side: a tile's update and its halos' messages cost
- * a fixed amount per tile, which smaller tiles pay more often (128 ran at
- * 0.8x the speed of 512 at 2048^2 and 8192^2 on 2 ranks, docs/perf/apps.md),
- * and tiles many times larger leave a worker nothing to run while the
- * edge tiles wait for their halos. */
+ * a fixed amount per tile, which smaller tiles pay more often (the
+ * measurements are in docs/perf/apps.md), and tiles many times larger
+ * leave a worker nothing to run while the edge tiles wait for their
+ * halos. */
 #define TILE_DEFAULT_MAX 512
 
 static int default_tile(const struct config *c)

@@ -3,11 +3,13 @@
  * instruction while only one thread communicates.
  *
  * A rank whose messages all go through one thread (one pthread per rank,
- * or one worker running every ULT, with no server thread) still paid for
- * being safe with many: a locked exchange per matching-table operation, per
- * ring send and per progress round, and a compare-and-swap per completed
- * request. Each costs a store-buffer drain (~5 ns here), and a small message
- * pays four or five of them on each side.
+ * or one worker running every ULT, with no server thread) would otherwise
+ * pay for being safe with many: a locked exchange per matching-table
+ * operation, per ring send and per progress round, and a compare-and-swap
+ * per completed request. Each drains the store buffer, which is dear while
+ * a stream of messages is being copied, and a small message pays several
+ * on each side (docs/perf/pt2pt.md has the counts and what removing them
+ * buys, and costs).
  *
  * So the hot locks of the messaging layer are *biased* (the technique of
  * biased locking in JVMs): once armed (util_bias_arm, by mpiv_init when no
