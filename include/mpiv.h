@@ -55,6 +55,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The library is built with hidden visibility: what this header declares
+ * is its whole interface, and the only thing it exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define MPIV_VERSION_MAJOR 0
 #define MPIV_VERSION_MINOR 1
@@ -597,6 +602,9 @@ int mpiv_bcast(void *buf, size_t size, int root);
 int mpiv_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                    mpiv_datatype_t type, mpiv_op_t op);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -369,6 +369,7 @@ int mpiv_comm_free(mpiv_comm_t *comm)
 int comm_target(struct mpiv_comm *c, bool recv, const void *buf, size_t size, int *peer, int tag,
                 int *ctx, const char *fn)
 {
+    *ctx = 0; /* set on every path: callers read it only on success */
     int rc = comm_check(c, fn);
     if (rc)
         return rc;
