@@ -1283,40 +1283,58 @@ int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status
     return rc;
 }
 
-int proto_start(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
-                struct mpiv_request *r)
+/* The one switch on the operation. Inlined where op is a constant, so
+ * that mpiv_isend and mpiv_irecv call the operation itself: a window of
+ * small messages pays for every call level on this path. */
+static inline __attribute__((always_inline)) int start_op(enum proto_op op, void *buf, size_t size,
+                                                          int peer, int tag, int ctx,
+                                                          struct mpiv_request *r)
 {
     return op == PROTO_OP_SEND    ? proto_isend(buf, size, peer, tag, ctx, r)
            : op == PROTO_OP_SSEND ? proto_issend(buf, size, peer, tag, ctx, r)
                                   : proto_irecv(buf, size, peer, tag, ctx, r);
 }
 
-static int start_nb(enum proto_op op, void *buf, size_t size, int peer, int tag,
-                    mpiv_request_t *req, const char *fn)
+int proto_start(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                struct mpiv_request *r)
 {
-    if (!req)
-        return util_err(MPIV_ERR_ARG, "%s: req is NULL", fn);
-    *req = MPIV_REQUEST_NULL;
-    int rc = check_args_wild(buf, size, peer, tag, op == PROTO_OP_RECV, fn);
-    if (rc)
-        return rc;
-    return proto_start_new(op, buf, size, peer, tag, HT_CTX_USER, NULL, req, fn);
+    return start_op(op, buf, size, peer, tag, ctx, r);
 }
 
-int proto_start_new(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
-                    const struct mpiv_comm *c, mpiv_request_t *req, const char *fn)
+static inline __attribute__((always_inline)) int
+start_new(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+          const struct mpiv_comm *c, mpiv_request_t *req, const char *fn)
 {
     struct mpiv_request *r = proto_req_new();
-    if (!r)
+    if (util_unlikely(!r))
         return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory for a request", fn);
-    int rc = proto_start(op, buf, size, peer, tag, ctx, r);
-    if (rc) {
+    int rc = start_op(op, buf, size, peer, tag, ctx, r);
+    if (util_unlikely(rc)) {
         proto_req_delete(r);
         return rc;
     }
     r->comm = c; /* only the owner reads it (proto_wait): after the start is fine */
     *req = r;
     return MPIV_SUCCESS;
+}
+
+int proto_start_new(enum proto_op op, void *buf, size_t size, int peer, int tag, int ctx,
+                    const struct mpiv_comm *c, mpiv_request_t *req, const char *fn)
+{
+    return start_new(op, buf, size, peer, tag, ctx, c, req, fn);
+}
+
+static inline __attribute__((always_inline)) int start_nb(enum proto_op op, void *buf, size_t size,
+                                                          int peer, int tag, mpiv_request_t *req,
+                                                          const char *fn)
+{
+    if (util_unlikely(!req))
+        return util_err(MPIV_ERR_ARG, "%s: req is NULL", fn);
+    *req = MPIV_REQUEST_NULL;
+    int rc = check_args_wild(buf, size, peer, tag, op == PROTO_OP_RECV, fn);
+    if (util_unlikely(rc))
+        return rc;
+    return start_new(op, buf, size, peer, tag, HT_CTX_USER, NULL, req, fn);
 }
 
 int mpiv_isend(const void *buf, size_t size, int dest, int tag, mpiv_request_t *req)

@@ -904,8 +904,11 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
     uint64_t h = be->head[s], h0 = h;
     while (out < max) {
         size_t off = (size_t)(h & (be->ring_bytes - 1));
-        struct rec_fields hd = {0};
+        /* filled as it is read; zeroed only for the drop paths' log */
+        struct rec_fields hd;
+        hd.raddr = 0;
         if (h & 63) { /* only after skipping to a tail that was off the grid */
+            hd.kind = hd.len = hd.lines = hd.imm = 0;
             if (!ring_skip_to_tail(be, s, g, &h, &hd, "the tail is not on a record boundary"))
                 break;
             continue;
@@ -921,6 +924,7 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
              * same) */
             if (++be->empty_polls[s] % SHM_TAIL_LOOK)
                 break;
+            hd.kind = hd.len = hd.lines = hd.imm = 0;
             uint64_t tail = atomic_load_explicit(&g->tail, memory_order_acquire);
             if ((int64_t)(tail - h) <= 0)
                 break;
@@ -1025,11 +1029,15 @@ static int shm_poll(struct srv_backend *be, struct srv_cqe *ev, int max)
         atomic_store_explicit(&be->ndone, nd, memory_order_relaxed);
         util_spin_unlock(&be->done_lock);
     }
-    for (int k = 0; k < be->nlocal && out < max; k++) {
-        int s = be->locals[(be->next_src + (uint32_t)k) % (uint32_t)be->nlocal];
-        out += poll_ring(be, s, ev + out, max - out);
+    /* round robin from next_src, which stays below nlocal (no division
+     * on this path) */
+    uint32_t start = be->next_src, i = start, n = (uint32_t)be->nlocal;
+    for (uint32_t k = 0; k < n && out < max; k++) {
+        out += poll_ring(be, be->locals[i], ev + out, max - out);
+        if (++i == n)
+            i = 0;
     }
-    be->next_src++;
+    be->next_src = start + 1 == n ? 0 : start + 1;
     return out;
 }
 
