@@ -200,17 +200,28 @@ void proto_finish(struct mpiv_request *r, int err)
 
 int proto_test(struct mpiv_request *r) { return sched_sync_signalled(&r->sync); }
 
-/* A plain pthread waiting for r drives the network itself, so it does not
- * depend on a server that may be asleep or share its core. With a server
- * thread it blocks in the kernel after a quiet spell (util_idle); without
- * one (srv_inline) nothing else may progress for it, so it keeps polling,
- * napping between polls once quiet for long. */
-static void pthread_poll(struct mpiv_request *r)
+/* The thread that waits for r drives the network itself while it waits,
+ * so that an arrival costs it no switch, no futex and no server nap:
+ * - a plain pthread always (it does not depend on a server that may be
+ *   asleep or share its core). With a server thread it blocks in the
+ *   kernel after a quiet spell (util_idle); without one (srv_inline)
+ *   nothing else may progress for it, so it keeps polling, napping
+ *   between polls once quiet for long;
+ * - a ULT only without a server thread, and only while it is its worker's
+ *   one ULT with nothing else to run (sched_ult_alone): switching out
+ *   would only reach the worker's idle loop, which would poll the same
+ *   network with the same naps (sched_set_idle_stay). So a program with
+ *   one ULT per rank waits like one with one pthread. The ULT switches
+ *   out as soon as another ULT is spawned onto its worker or made ready
+ *   there. */
+static void poll_while_waiting(struct mpiv_request *r, bool ult)
 {
     bool forever = srv_inline();
     struct util_idle idle;
     util_idle_reset(&idle);
     while (!proto_test(r)) {
+        if (ult && !sched_ult_alone())
+            return;
         if (srv_progress()) {
             util_idle_reset(&idle);
             continue;
@@ -228,8 +239,9 @@ int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
     /* A waiter other than the bias's owner registers with a CAS that the
      * owner's plain signal would not see: it revokes the bias first. */
     util_bias_claim();
-    if (!sched_in_ult())
-        pthread_poll(r);
+    bool ult = sched_in_ult();
+    if (!ult || srv_inline())
+        poll_while_waiting(r, ult);
     sched_wait(&r->sync);
     if (status) {
         *status = r->status;

@@ -101,8 +101,8 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
         u = new_slot(w);
     else
         full = true;
-    if (u)
-        w->live++;
+    if (u) /* relaxed: the lock orders it; peeks need no order */
+        atomic_fetch_add_explicit(&w->live, 1, memory_order_relaxed);
     util_spin_unlock(&w->lock);
     /* util_err after the unlock: at MPIV_LOG=debug it writes to stderr,
      * a system call that may block (spinlock.h) */
@@ -210,6 +210,17 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
     s->tsan_fiber = NULL;
 #endif
     stack_count(&w->stacks_used, -1);
+}
+
+uint64_t sched_blocked_waits(void)
+{
+    uint64_t n = 0;
+    if (!sched_ready())
+        return 0;
+    for (int i = 0; i < sched_g.nworkers; i++)
+        /* relaxed: a counter, nothing is read through it */
+        n += atomic_load_explicit(&sched_g.workers[i]->blocked_waits, memory_order_relaxed);
+    return n;
 }
 
 void sched_stack_stats(struct sched_stack_stats *st)
@@ -340,7 +351,7 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
 static bool has_live(struct sched_worker *w)
 {
     util_spin_lock(&w->lock);
-    bool live = w->live > 0;
+    bool live = atomic_load_explicit(&w->live, memory_order_relaxed) > 0;
     util_spin_unlock(&w->lock);
     return live;
 }
@@ -625,7 +636,7 @@ uint64_t sched_close(void)
     for (int i = 0; i < sched_g.nworkers; i++) {
         struct sched_worker *w = sched_g.workers[i];
         util_spin_lock(&w->lock);
-        live += w->live;
+        live += atomic_load_explicit(&w->live, memory_order_relaxed);
         util_spin_unlock(&w->lock);
     }
     if (live) /* relaxed: spawns may come again; nothing else changed */
@@ -642,7 +653,7 @@ int sched_finalize(void)
     for (int i = 0; i < sched_g.nworkers; i++) {
         struct sched_worker *w = sched_g.workers[i];
         util_spin_lock(&w->lock);
-        uint32_t live = w->live;
+        uint32_t live = atomic_load_explicit(&w->live, memory_order_relaxed);
         util_spin_unlock(&w->lock);
         if (live)
             return util_err(MPIV_ERR_STATE, "%u ULTs on worker %d are not joined yet", live, i);
@@ -684,6 +695,14 @@ int sched_worker_id(void)
 }
 
 bool sched_in_ult(void) { return sched_self() != NULL; }
+
+bool sched_ult_alone(void)
+{
+    struct sched_worker *w = sched_tls_worker;
+    /* relaxed: a peek, asked again at each poll by its caller */
+    return w && w->current && atomic_load_explicit(&w->live, memory_order_relaxed) == 1 &&
+           !any_runnable(w, memory_order_relaxed);
+}
 void sched_wait(sched_sync *s) { sched_wait_inline(s); }
 void sched_signal(sched_sync *s) { sched_signal_inline(s); }
 void sched_yield_now(void) { sched_yield_inline(); }
@@ -815,7 +834,7 @@ int mpiv_ult_join(mpiv_ult_t h, void **retval)
     util_spin_lock(&w->lock);
     u->next_free = w->free_list;
     w->free_list = u;
-    w->live--;
+    atomic_fetch_sub_explicit(&w->live, 1, memory_order_relaxed);
     util_spin_unlock(&w->lock);
     return MPIV_SUCCESS;
 }

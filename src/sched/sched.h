@@ -88,6 +88,12 @@ int sched_num_workers(void);
  * a ULT (main, the server, any other pthread). */
 int sched_worker_id(void);
 bool sched_in_ult(void);
+/* From a ULT: whether it is the only ULT of its worker (spawned and not
+ * joined) and nothing else is ready to run there: a relaxed peek, true
+ * for a moment only (a spawn onto the worker may end it). Such a ULT may
+ * poll for what it waits on instead of switching out, as a plain
+ * pthread does. False from a pthread. */
+bool sched_ult_alone(void);
 
 void sched_wait(sched_sync *s);
 void sched_signal(sched_sync *s);
@@ -122,6 +128,11 @@ struct sched_stack_stats {
     uint64_t in_use;
 };
 void sched_stack_stats(struct sched_stack_stats *st);
+
+/* How many times a ULT's sched_wait switched out because what it waits
+ * for had not happened yet, summed over the workers (each figure exact at
+ * some recent moment). 0 if the scheduler is not running. */
+uint64_t sched_blocked_waits(void);
 
 /* Cores used by this process's workers, in order (for the server to avoid
  * them); sets *n. Valid after sched_init. */

@@ -210,11 +210,16 @@ struct sched_worker {
     _Atomic uint64_t stacks_made;   /* carved from chunks, ever */
     _Atomic uint64_t stacks_used;   /* owned by a ULT now */
     bool stack_warned;              /* "cannot map" logged */
+    /* ULT waits that switched out (sched_blocked_waits): written by this
+     * worker's pthread only */
+    _Atomic uint64_t blocked_waits;
     /* slot allocation, shared with spawners on other threads: */
     _Alignas(UTIL_CACHELINE) util_spinlock lock;
     struct mpiv_ult *free_list;
     uint32_t hwm;   /* slots ever used */
-    uint32_t live;  /* spawned and not yet joined */
+    /* spawned and not yet joined: changed under lock; read under it, or
+     * relaxed as a peek (sched_ult_alone) */
+    _Atomic uint32_t live;
     struct mpiv_ult *recs; /* the records of slots 0..max_ults, zeroed */
     /* start-up */
     pthread_t thread;
@@ -471,6 +476,10 @@ static inline void sched_wait_inline(sched_sync *s)
         atomic_store_explicit(&s->state, 0, memory_order_relaxed);
         return;
     }
+    /* relaxed, and no RMW: only this pthread writes it */
+    atomic_store_explicit(&w->blocked_waits,
+                          atomic_load_explicit(&w->blocked_waits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     /* A signal may set our bit before we switch out: harmless, only this
      * pthread resumes us, and not before we have switched (R3). */
     sched_to_scheduler(w, u, NULL);

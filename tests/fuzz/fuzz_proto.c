@@ -325,6 +325,7 @@ void sched_wait(sched_sync *s)
 }
 
 bool sched_in_ult(void) { return false; }
+bool sched_ult_alone(void) { return false; }
 int sched_worker_id(void) { return -1; }
 void sched_yield_now(void) {}
 

@@ -7,6 +7,10 @@
  *   arrive intact; ULTs communicate afterwards as usual.
  *   case "ult": one worker runs every ULT, so the worker owns the bias
  *   while 64 ULTs ping-pong.
+ *   case "alone": a ULT that is its worker's only one waits by polling
+ *   the network itself, never switching out (proto_wait, sched_ult_alone);
+ *   one that waits so switches out when another ULT is spawned onto its
+ *   worker, which would otherwise never run.
  * With MPIV_ONE_THREAD=off nobody may own it. Each case runs in its own
  * job (CK_RUN_CASE), since a revocation lasts until mpiv_finalize.
  */
@@ -15,11 +19,14 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
 
 #include "common/check_main.h"
 #include "common/test_data.h"
 #include "common/test_mpiv.h"
 #include "mpiv.h"
+#include "sched/sched.h"
 #include "util/bias.h"
 
 static int me, partner;
@@ -151,6 +158,82 @@ START_TEST(one_worker_owns_it_for_its_ults)
 }
 END_TEST
 
+/* One ULT per rank ping-pongs (eager and rendezvous sizes, so receives
+ * and rendezvous sends wait): with nothing else on its worker it never
+ * switches out. If it did, every receive would (its message is not there
+ * yet when it waits): about 300 per rank. */
+START_TEST(a_lone_ult_waits_in_place)
+{
+    struct stream a = {.tag = 200, .rounds = 300};
+    uint64_t before = sched_blocked_waits();
+    mpiv_ult_t u;
+    OK(mpiv_ult_spawn(ult_stream, &a, MPIV_WORKER_ANY, &u));
+    OK(mpiv_ult_join(u, NULL));
+    ck_assert_int_eq(a.rc, 0);
+    ck_assert_uint_eq(sched_blocked_waits() - before, 0);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static atomic_int lone_waiting;
+static unsigned char lone_in[8];
+
+static void *lone_receiver(void *unused)
+{
+    (void)unused;
+    atomic_store(&lone_waiting, 1);
+    mpiv_status_t st;
+    if (mpiv_recv(lone_in, sizeof lone_in, 0, 301, &st) != MPIV_SUCCESS || st.size != 8)
+        return (void *)1;
+    return NULL;
+}
+
+static void *lone_sender(void *unused)
+{
+    (void)unused;
+    unsigned char out[8];
+    fill(out, 8, 300);
+    return mpiv_send(out, 8, 0, 300) == MPIV_SUCCESS ? NULL : (void *)1;
+}
+
+/* Rank 1's only ULT waits for a message that rank 0 sends only after a
+ * second ULT, spawned onto the same (single) worker while the first one
+ * waits, has sent it one: the waiter must step aside for it. */
+START_TEST(a_spawn_ends_the_wait_in_place)
+{
+    unsigned char buf[8];
+    if (me == 0) {
+        mpiv_status_t st;
+        OK(mpiv_recv(buf, 8, 1, 300, &st));
+        for (int k = 0; k < 8; k++)
+            ck_assert_uint_eq(buf[k], pattern((size_t)k, 300));
+        fill(buf, 8, 301);
+        OK(mpiv_send(buf, 8, 1, 301));
+    } else {
+        mpiv_ult_t a, b;
+        OK(mpiv_ult_spawn(lone_receiver, NULL, MPIV_WORKER_ANY, &a));
+        while (!atomic_load(&lone_waiting))
+            sched_yield();
+        /* let it get into its wait (the test passes either way; this makes
+         * it test the wait in place) */
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        uint64_t before = sched_blocked_waits();
+        OK(mpiv_ult_spawn(lone_sender, NULL, MPIV_WORKER_ANY, &b));
+        void *rb, *ra;
+        OK(mpiv_ult_join(b, &rb));
+        OK(mpiv_ult_join(a, &ra));
+        ck_assert_ptr_null(rb);
+        ck_assert_ptr_null(ra);
+        for (int k = 0; k < 8; k++)
+            ck_assert_uint_eq(lone_in[k], pattern((size_t)k, 301));
+        /* the receiver switched out (once) when the sender came */
+        ck_assert_uint_ge(sched_blocked_waits() - before, 1);
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static int one_thread_init(int *argc, char ***argv)
 {
     if (test_mpiv_init(argc, argv))
@@ -172,6 +255,11 @@ static Suite *one_thread_suite(void)
     tcase_set_timeout(u, 120);
     tcase_add_test(u, one_worker_owns_it_for_its_ults);
     suite_add_tcase(s, u);
+    TCase *a = tcase_create("alone");
+    tcase_set_timeout(a, 120);
+    tcase_add_test(a, a_lone_ult_waits_in_place);
+    tcase_add_test(a, a_spawn_ends_the_wait_in_place);
+    suite_add_tcase(s, a);
     return s;
 }
 
