@@ -346,14 +346,14 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
     return false;
 }
 
-/* Whether w has ULTs spawned and not yet joined. Asked once or twice per
- * idle spell, so the lock costs nothing that matters. */
+/* Whether w has ULTs spawned and not yet joined. A peek: a spawn that
+ * makes it true also makes its ULT runnable, which the idle loop sees by
+ * itself, and a stale true after the last join only keeps w polling for
+ * one more idle spell. */
 static bool has_live(struct sched_worker *w)
 {
-    util_spin_lock(&w->lock);
-    bool live = atomic_load_explicit(&w->live, memory_order_relaxed) > 0;
-    util_spin_unlock(&w->lock);
-    return live;
+    /* relaxed: see above */
+    return atomic_load_explicit(&w->live, memory_order_relaxed) > 0;
 }
 
 /* Whether an idle w must stay up for the idle hook (sched_set_idle_stay):

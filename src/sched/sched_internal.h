@@ -218,7 +218,7 @@ struct sched_worker {
     struct mpiv_ult *free_list;
     uint32_t hwm;   /* slots ever used */
     /* spawned and not yet joined: changed under lock; read under it, or
-     * relaxed as a peek (sched_ult_alone) */
+     * relaxed as a peek (sched_ult_alone, has_live) */
     _Atomic uint32_t live;
     struct mpiv_ult *recs; /* the records of slots 0..max_ults, zeroed */
     /* start-up */
