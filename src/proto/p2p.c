@@ -236,13 +236,19 @@ static void poll_while_waiting(struct mpiv_request *r, bool ult)
 
 int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
 {
-    /* A waiter other than the bias's owner registers with a CAS that the
-     * owner's plain signal would not see: it revokes the bias first. */
-    util_bias_claim();
-    bool ult = sched_in_ult();
-    if (!ult || srv_inline())
-        poll_while_waiting(r, ult);
-    sched_wait(&r->sync);
+    /* Completed already (a window's waitall, an eager send): consumed
+     * with a load and a store, no waiter ever registered, so there is no
+     * bias to claim either. */
+    if (!sched_sync_consume(&r->sync)) {
+        /* A waiter other than the bias's owner registers with a CAS that
+         * the owner's plain signal would not see: it revokes the bias
+         * first. */
+        util_bias_claim();
+        bool ult = sched_in_ult();
+        if (!ult || srv_inline())
+            poll_while_waiting(r, ult);
+        sched_wait(&r->sync);
+    }
     if (status) {
         *status = r->status;
         if (r->comm) /* a rank of the communicator, not of the world */

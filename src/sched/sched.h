@@ -71,6 +71,20 @@ static inline bool sched_sync_signalled(sched_sync *s)
     return atomic_load_explicit(&s->state, memory_order_acquire) == 1;
 }
 
+/* Consumes s if it is signalled and nobody waits on it, what a completed
+ * operation leaves when no waiter came first: true, and s is as after a
+ * sched_wait that returned at once. No locked instruction: the
+ * signaller's last access to s was its store of 1, so nobody else writes
+ * s (acquire: pairs with that store's release). False: nothing changed. */
+static inline bool sched_sync_consume(sched_sync *s)
+{
+    if (atomic_load_explicit(&s->state, memory_order_acquire) != 1)
+        return false;
+    /* relaxed: see above */
+    atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+    return true;
+}
+
 /* Starts cfg->workers worker pthreads, pinned per cfg->bind. */
 int sched_init(const struct util_config *cfg);
 /* Stops the workers. MPIV_ERR_STATE if ULTs are still alive. */

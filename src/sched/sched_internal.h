@@ -413,16 +413,13 @@ static inline void sched_signal_inline(sched_sync *s)
 }
 
 /* A wait that finds s signalled already consumes it without a locked
- * instruction: the signaller's last access to s was its store of 1, so
- * nobody else writes s (acquire: pairs with that store's release). The
- * common case when the caller polled until done (proto_wait), and for an
- * operation that completed before its call returned. */
+ * instruction (sched_sync_consume): the common case when the caller
+ * polled until done (proto_wait), and for an operation that completed
+ * before its call returned. */
 static inline bool sched_wait_consumed(sched_sync *s)
 {
-    if (atomic_load_explicit(&s->state, memory_order_acquire) != SYNC_SIGNALLED)
-        return false;
-    atomic_store_explicit(&s->state, 0, memory_order_relaxed);
-    return true;
+    _Static_assert(SYNC_SIGNALLED == 1, "sched_sync_consume's signalled state");
+    return sched_sync_consume(s);
 }
 
 static inline void sched_wait_pthread(sched_sync *s)
