@@ -9,6 +9,13 @@
 #   OUT/pt2pt.png      four plots (gnuplot)
 #   OUT/raw/*.txt      each run's OSU-style output (and errors)
 #
+# --rounds N runs every benchmark N times, the implementations one after
+# another in each round, and reports each figure as the median of its N
+# runs (raw files B.IMPL.rK.txt). This machine's speed changes by 2x in
+# phases of a minute or so; one run per implementation can catch MPIv and
+# an MPI in different phases, and only rounds show how often that happens
+# (docs/perf/pt2pt.md, "Two phases of this machine").
+#
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.
 #   MPICH:    mpiexec.mpich -bind-to core          rank r on core r
@@ -33,6 +40,7 @@
 #          [--impl mpiv-ult,mpiv-pthread,mpi-face,mpich,openmpi]
 #          [--bench latency,bandwidth,mt_latency,mt_msgrate]
 #          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
+#          [--rounds N]      (N runs of each, medians; default 1)
 #          [--gated]         (multi-threaded tests: the start/stop-gate timing)
 #          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
@@ -51,6 +59,7 @@ timeout_s=""
 do_build=1
 report_only=0
 gated=0
+rounds=""
 
 usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
@@ -65,6 +74,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_s=$2; shift ;;
     --no-build) do_build=0 ;;
     --gated) gated=1 ;;
+    --rounds) rounds=$2; shift ;;
     --report-only) report_only=1; do_build=0 ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -72,9 +82,21 @@ while [ $# -gt 0 ]; do
     shift
 done
 case "$bind" in core|none) ;; *) echo "run.sh: --bind core|none" >&2; exit 2 ;; esac
+case "$rounds" in ''|*[!0-9]*|0) [ -z "$rounds" ] || { echo "run.sh: --rounds takes a count >= 1" >&2; exit 2; } ;; esac
 [ -n "$out" ] || out="$build/bench/pt2pt/results"
 [ -n "$timeout_s" ] || { [ $quick = 1 ] && timeout_s=300 || timeout_s=1200; }
 mkdir -p "$out/raw" "$out/dat"
+# --report-only reads the rounds of the run it reports
+[ -n "$rounds" ] || rounds=$(sed -n 's/^Rounds: //p' "$out/raw/meta.txt" 2>/dev/null)
+[ -n "$rounds" ] || rounds=1
+# raw_files B IMPL: the outputs of B under IMPL, one per round
+raw_files() {
+    if [ "$rounds" -gt 1 ]; then
+        for ((k = 1; k <= rounds; k++)); do echo "$out/raw/$1.$2.r$k.txt"; done
+    else
+        echo "$out/raw/$1.$2.txt"
+    fi
+}
 bin="$build/bench/pt2pt"
 impl_list=()
 IFS=, read -r -a words <<<"$impls"
@@ -111,6 +133,7 @@ if [ $report_only = 0 ]; then
     {
         echo "Command: $invocation"
         echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')"
+        echo "Rounds: $rounds"
     } >"$out/raw/meta.txt"
 fi
 
@@ -138,6 +161,8 @@ exe() {
 args=()
 [ $quick = 1 ] && args+=(--quick)
 declare -A status
+for ((round = 1; round <= rounds; round++)); do
+[ "$rounds" -gt 1 ] && [ $report_only = 0 ] && say "=== round $round of $rounds"
 for b in "${bench_list[@]}"; do
     bargs=("${args[@]}")
     case $b in mt_*)
@@ -146,9 +171,11 @@ for b in "${bench_list[@]}"; do
     esac
     for impl in "${impl_list[@]}"; do
         x=$(exe "$impl" "$b")
-        raw="$out/raw/$b.$impl.txt"
+        raw=$(raw_files "$b" "$impl" | sed -n "${round}p")
         if [ $report_only = 1 ]; then
-            status[$b.$impl]=$(cat "$raw.status" 2>/dev/null || echo "?")
+            st=$(cat "$raw.status" 2>/dev/null || echo "?")
+            # a benchmark is "ok" if every round was; else its first failure
+            [ "${status[$b.$impl]:-ok}" = ok ] && status[$b.$impl]=$st
             continue
         fi
         if [ ! -x "${x%% *}" ] || { [ "${impl%-*}" != mpich ] && [ "$impl" != openmpi ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
@@ -166,14 +193,16 @@ for b in "${bench_list[@]}"; do
         rc=$?
         say "   $(( $(date +%s) - start )) s, exit status $rc"
         if [ $rc -ne 0 ]; then
-            status[$b.$impl]="failed ($rc)"
+            st="failed ($rc)"
             sed 's/^/   | /' "$raw.err" | head -5 >&2
         else
-            status[$b.$impl]=ok
+            st=ok
         fi
+        [ "${status[$b.$impl]:-ok}" = ok ] && status[$b.$impl]=$st
         echo "# command: $cmd" >>"$raw"
-        echo "${status[$b.$impl]}" >"$raw.status"
+        echo "$st" >"$raw.status"
     done
+done
 done
 
 [ $report_only = 1 ] || echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out/raw/meta.txt"
@@ -181,31 +210,54 @@ done
 # ------------------------------------------------------------ results ---
 # Data lines of the OSU-style output -> .dat (x value [value2]) and CSV:
 # only lines that start with a number (a failed run's error text does not).
+# median_rows: rows "x v1 v2 ..." (one per round) -> one row per x, in the
+# order of first appearance, each column the median of its values (the
+# mean of the middle two for an even count). Plain awk (no asort).
+median_rows() {
+    awk '{ if (!($1 in n)) { xs[++nx] = $1; n[$1] = 0; w[$1] = NF }
+           k = ++n[$1]; for (c = 2; c <= NF; c++) v[$1, c, k] = $c }
+         END {
+           for (i = 1; i <= nx; i++) {
+               x = xs[i]; m = n[x]; line = x
+               for (c = 2; c <= w[x]; c++) {
+                   for (a = 1; a <= m; a++) t[a] = v[x, c, a] + 0
+                   for (a = 2; a <= m; a++) { y = t[a]; for (b = a - 1; b >= 1 && t[b] > y; b--) t[b + 1] = t[b]; t[b + 1] = y }
+                   med = m % 2 ? t[(m + 1) / 2] : (t[m / 2] + t[m / 2 + 1]) / 2
+                   line = line " " med
+               }
+               print line
+           }
+         }'
+}
+# rounds B IMPL: every round's output of B under IMPL, concatenated
+rounds_of() { local f; for f in $(raw_files "$1" "$2"); do [ -f "$f" ] && cat "$f"; done; }
+
+# Data lines of the OSU-style output -> .dat (x value [value2]) and CSV:
+# only lines that start with a number (a failed run's error text does not);
+# with --rounds, the median over the rounds.
 csv="$out/pt2pt.csv"
 echo "benchmark,impl,size_bytes,pairs,metric,value" >"$csv"
 for b in "${bench_list[@]}"; do
     for impl in "${impl_list[@]}"; do
-        raw="$out/raw/$b.$impl.txt"
         dat="$out/dat/$b.$impl.dat"
         : >"$dat"
-        [ -f "$raw" ] || continue
         case $b in
         latency)
-            awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            rounds_of "$b" "$impl" | awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' | median_rows >"$dat"
             awk -v i="$impl" '{printf "latency,%s,%s,1,latency_us,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
         bandwidth)
-            awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' "$raw" >"$dat"
+            rounds_of "$b" "$impl" | awk '$1 ~ /^[0-9]+$/ && NF>=2 {print $1, $2}' | median_rows >"$dat"
             awk -v i="$impl" '{printf "bandwidth,%s,%s,1,bandwidth_MBps,%s\n", i, $1, $2}' "$dat" >>"$csv" ;;
         mt_latency)
-            awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $3, $4, $2}' "$raw" >"$dat"
+            rounds_of "$b" "$impl" | awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $3, $4, $2}' | median_rows >"$dat"
             awk -v i="$impl" '{printf "mt_latency,%s,%s,%s,latency_us,%s\nmt_latency,%s,%s,%s,msgs_per_s,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv" ;;
         mt_msgrate)
             # the rate anchor (one thread per rank, no other) has a line of
             # its own, "anchor" in the pairs column: a row of the table, not
             # a point of the plot
-            awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $4, $3, $2}' "$raw" >"$dat"
+            rounds_of "$b" "$impl" | awk '$1 ~ /^[0-9]+$/ && NF>=4 {print $1, $4, $3, $2}' | median_rows >"$dat"
             awk -v i="$impl" '{printf "mt_msgrate,%s,%s,%s,msgs_per_s,%s\nmt_msgrate,%s,%s,%s,bandwidth_MBps,%s\n", i, $4, $1, $2, i, $4, $1, $3}' "$dat" >>"$csv"
-            awk '$1 == "anchor" && NF>=4 {print "1-thread-anchor", $4, $3, $2}' "$raw" >"$out/dat/mt_msgrate_anchor.$impl.dat"
+            rounds_of "$b" "$impl" | awk '$1 == "anchor" && NF>=4 {print "1-thread-anchor", $4, $3, $2}' | median_rows >"$out/dat/mt_msgrate_anchor.$impl.dat"
             awk -v i="$impl" '{printf "mt_msgrate_anchor,%s,%s,1,msgs_per_s,%s\n", i, $4, $2}' "$out/dat/mt_msgrate_anchor.$impl.dat" >>"$csv"
             cat "$out/dat/mt_msgrate_anchor.$impl.dat" "$dat" >"$out/dat/mt_msgrate_table.$impl.dat" ;;
         esac
@@ -262,6 +314,7 @@ md="$out/pt2pt.md"
     sed -n 's/^Git: .*/&  /p' "$out/raw/meta.txt"
     echo "MPICH: $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version: *//p' | tr -d '\t'), Open MPI: $(mpirun.openmpi --version 2>/dev/null | head -1 | awk '{print $NF}')"
     echo
+    [ "$rounds" -gt 1 ] && echo "Rounds: $rounds: every figure is the median of $rounds runs; in each round the implementations ran one after another.  "
     echo "Speedup = how many times better MPIv is (> 1: MPIv wins; for latency MPI's time / MPIv's time)."
     for b in "${bench_list[@]}"; do
         st=""
@@ -309,7 +362,7 @@ md="$out/pt2pt.md"
     echo
     for b in "${bench_list[@]}"; do
         for impl in "${impl_list[@]}"; do
-            sed -n 's/^# command: \(.*\)/    \1/p' "$out/raw/$b.$impl.txt" 2>/dev/null
+            sed -n 's/^# command: \(.*\)/    \1/p' "$(raw_files "$b" "$impl" | head -1)" 2>/dev/null
         done
     done
 } >"$md"
