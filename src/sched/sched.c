@@ -119,13 +119,6 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
 /* stacks (K1-K4 above; w's own pthread only)                               */
 /* ------------------------------------------------------------------------ */
 
-/* Single-writer counter bump: relaxed, only sched_stack_stats reads it. */
-static inline void stack_count(_Atomic uint64_t *c, int64_t d)
-{
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
-                          memory_order_relaxed);
-}
-
 /* A free stack for w: the most recently freed one, else a new one carved
  * from the current chunk (mapping the next chunk when it is used up, 64
  * stacks first, doubling up to SCHED_STACK_CHUNK). NULL if no chunk can
@@ -150,7 +143,7 @@ static struct sched_stack *take_stack(struct sched_worker *w)
     }
     s = sched_stack_at(w->cur, w->cur->n - w->chunk_left);
     w->chunk_left--;
-    stack_count(&w->stacks_made, 1);
+    worker_count(&w->stacks_made, 1);
     return s;
 }
 
@@ -169,7 +162,7 @@ static bool start_ult(struct sched_worker *w, struct mpiv_ult *u)
         }
         return false;
     }
-    stack_count(&w->stacks_used, 1);
+    worker_count(&w->stacks_used, 1);
     u->stack = s;
     u->stack_lo = s->lo;
     u->stack_size = s->size;
@@ -209,7 +202,7 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
     __tsan_destroy_fiber(s->tsan_fiber);
     s->tsan_fiber = NULL;
 #endif
-    stack_count(&w->stacks_used, -1);
+    worker_count(&w->stacks_used, -1);
 }
 
 uint64_t sched_blocked_waits(void)

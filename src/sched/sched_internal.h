@@ -374,6 +374,15 @@ static inline void sched_make_runnable(struct sched_worker *w, struct mpiv_ult *
         sched_futex(&w->sleeping, FUTEX_WAKE, 1);
 }
 
+/* Bumps a counter of a worker that only the worker's own pthread writes
+ * (stacks made and in use, blocked waits): no RMW needed; relaxed, since
+ * only the statistics (sched_stack_stats, sched_blocked_waits) read it. */
+static inline void worker_count(_Atomic uint64_t *c, int64_t d)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint64_t)d,
+                          memory_order_relaxed);
+}
+
 /* --- wait / signal -------------------------------------------------------- */
 
 struct sched_pwaiter {
@@ -473,10 +482,7 @@ static inline void sched_wait_inline(sched_sync *s)
         atomic_store_explicit(&s->state, 0, memory_order_relaxed);
         return;
     }
-    /* relaxed, and no RMW: only this pthread writes it */
-    atomic_store_explicit(&w->blocked_waits,
-                          atomic_load_explicit(&w->blocked_waits, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    worker_count(&w->blocked_waits, 1);
     /* A signal may set our bit before we switch out: harmless, only this
      * pthread resumes us, and not before we have switched (R3). */
     sched_to_scheduler(w, u, NULL);
