@@ -16,6 +16,16 @@
 # an MPI in different phases, and only rounds show how often that happens
 # (docs/perf/pt2pt.md, "Two phases of this machine").
 #
+# Interleaving (the default; --no-interleave runs each benchmark whole):
+# each benchmark's range is cut into slices, and every implementation runs
+# a slice before any runs the next, so one size's figures for MPIv and the
+# MPIs are taken seconds apart, not minutes. Slices: latency 0:64, 128:2K,
+# 4K:64K, 128K:4M bytes; bandwidth the same from 1 B; mt_latency and
+# mt_msgrate one pair count each (mt_msgrate's rate anchor is measured in
+# every slice, and reported as the median of them all). A slice that fails
+# or times out costs only its own rows. The slices of a round append to
+# that round's raw file.
+#
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.
 #   MPICH:    mpiexec.mpich -bind-to core          rank r on core r
@@ -41,6 +51,7 @@
 #          [--bench latency,bandwidth,mt_latency,mt_msgrate]
 #          [--pairs 1,2,8,64,1024] [--bind core|none] [--timeout S] [--no-build]
 #          [--rounds N]      (N runs of each, medians; default 1)
+#          [--no-interleave] (each benchmark whole per implementation)
 #          [--gated]         (multi-threaded tests: the start/stop-gate timing)
 #          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
@@ -60,8 +71,9 @@ do_build=1
 report_only=0
 gated=0
 rounds=""
+interleave=1
 
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
@@ -75,6 +87,7 @@ while [ $# -gt 0 ]; do
     --no-build) do_build=0 ;;
     --gated) gated=1 ;;
     --rounds) rounds=$2; shift ;;
+    --no-interleave) interleave=0 ;;
     --report-only) report_only=1; do_build=0 ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -134,6 +147,7 @@ if [ $report_only = 0 ]; then
         echo "Command: $invocation"
         echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')"
         echo "Rounds: $rounds"
+        echo "Interleave: $([ $interleave = 1 ] && echo slices || echo off)"
     } >"$out/raw/meta.txt"
 fi
 
@@ -160,48 +174,69 @@ exe() {
 
 args=()
 [ $quick = 1 ] && args+=(--quick)
+# slices B: one line of extra arguments per slice of B (one empty line: B whole)
+slices() {
+    if [ $interleave = 0 ]; then echo ""; return; fi
+    local p
+    case $1 in
+    latency) printf '%s\n' "-m 0:64" "-m 128:2K" "-m 4K:64K" "-m 128K:4M" ;;
+    bandwidth) printf '%s\n' "-m 1:64" "-m 128:2K" "-m 4K:64K" "-m 128K:4M" ;;
+    mt_*) IFS=, read -r -a ps <<<"${pairs:-1,2,8,64,1024}"
+          for p in "${ps[@]}"; do echo "-p $p"; done ;;
+    *) echo "" ;;
+    esac
+}
 declare -A status
 for ((round = 1; round <= rounds; round++)); do
 [ "$rounds" -gt 1 ] && [ $report_only = 0 ] && say "=== round $round of $rounds"
 for b in "${bench_list[@]}"; do
     bargs=("${args[@]}")
     case $b in mt_*)
-        [ -n "$pairs" ] && bargs+=(-p "$pairs")
+        [ -n "$pairs" ] && [ $interleave = 0 ] && bargs+=(-p "$pairs")
         [ $gated = 1 ] && bargs+=(--gated) ;;
     esac
-    for impl in "${impl_list[@]}"; do
-        x=$(exe "$impl" "$b")
-        raw=$(raw_files "$b" "$impl" | sed -n "${round}p")
-        if [ $report_only = 1 ]; then
+    if [ $report_only = 1 ]; then
+        for impl in "${impl_list[@]}"; do
+            raw=$(raw_files "$b" "$impl" | sed -n "${round}p")
             st=$(cat "$raw.status" 2>/dev/null || echo "?")
             # a benchmark is "ok" if every round was; else its first failure
             [ "${status[$b.$impl]:-ok}" = ok ] && status[$b.$impl]=$st
-            continue
-        fi
+        done
+        continue
+    fi
+    first=1
+    while IFS= read -r slice; do
+    for impl in "${impl_list[@]}"; do
+        x=$(exe "$impl" "$b")
+        raw=$(raw_files "$b" "$impl" | sed -n "${round}p")
+        if [ $first = 1 ]; then : >"$raw"; echo ok >"$raw.status"; : >"$raw.err"; fi
         if [ ! -x "${x%% *}" ] || { [ "${impl%-*}" != mpich ] && [ "$impl" != openmpi ] && [ ! -x "$build/tools/mpiv_run" ]; }; then
-            say "== $b / $impl: not built, skipped"
+            [ $first = 1 ] && say "== $b / $impl: not built, skipped"
             echo "# not built" >"$raw"
             status[$b.$impl]="not built"
             echo "not built" >"$raw.status"
             continue
         fi
-        cmd="$(launch "$impl") $x ${bargs[*]}"
+        cmd="$(launch "$impl") $x ${bargs[*]}${slice:+ $slice}"
         say "== $b / $impl: $cmd"
         start=$(date +%s)
         # shellcheck disable=SC2086
-        $cmd >"$raw" 2>"$raw.err"
+        $cmd >>"$raw" 2>>"$raw.err" </dev/null
         rc=$?
         say "   $(( $(date +%s) - start )) s, exit status $rc"
         if [ $rc -ne 0 ]; then
             st="failed ($rc)"
-            sed 's/^/   | /' "$raw.err" | head -5 >&2
+            tail -5 "$raw.err" | sed 's/^/   | /' >&2
         else
             st=ok
         fi
         [ "${status[$b.$impl]:-ok}" = ok ] && status[$b.$impl]=$st
         echo "# command: $cmd" >>"$raw"
-        echo "$st" >"$raw.status"
+        # the round's status: its first failed slice, if any
+        [ "$(cat "$raw.status")" = ok ] && echo "$st" >"$raw.status"
     done
+    first=0
+    done < <(slices "$b")
 done
 done
 
@@ -315,6 +350,8 @@ md="$out/pt2pt.md"
     echo "MPICH: $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version: *//p' | tr -d '\t'), Open MPI: $(mpirun.openmpi --version 2>/dev/null | head -1 | awk '{print $NF}')"
     echo
     [ "$rounds" -gt 1 ] && echo "Rounds: $rounds: every figure is the median of $rounds runs; in each round the implementations ran one after another.  "
+    grep -q '^Interleave: slices' "$out/raw/meta.txt" 2>/dev/null &&
+        echo "Interleaved: each benchmark ran in slices (a few sizes, or one pair count), every implementation one slice before any ran the next, so each row's figures were taken one slice apart (seconds), not one whole benchmark apart.  "
     echo "Speedup = how many times better MPIv is (> 1: MPIv wins; for latency MPI's time / MPIv's time)."
     for b in "${bench_list[@]}"; do
         st=""
