@@ -12,6 +12,7 @@
 
 #include "mpiv.h"
 #include "proto/proto.h"
+#include "sched/sched.h"
 
 /* Fails the arrival of a user message (not the barrier's, which travel in
  * the collective context). */
@@ -27,29 +28,51 @@ static enum srv_fault_action fail_arrivals(const struct srv_fault_event *ev, voi
     return SRV_FAULT_PASS;
 }
 
-int main(void)
+static char buf[64] = "hello";
+static int rc = -1, rc2 = -1;
+
+/* Rank 1: the receive posted and the hook set before rank 0 can send, then
+ * the wait (rank 0 sends only a while after the barrier, so the failure
+ * reaches a waiting receive), then a receive posted afterwards. */
+static void *rank1(void *arg)
 {
+    (void)arg;
+    mpiv_request_t r;
+    if (mpiv_irecv(buf, sizeof buf, 0, 1, &r) != MPIV_SUCCESS)
+        return NULL;
+    srv_fault_set(fail_arrivals, NULL);
+    if (mpiv_barrier() != MPIV_SUCCESS)
+        return NULL;
+    rc = mpiv_wait(&r, NULL);
+    rc2 = mpiv_recv(buf, sizeof buf, 0, 5, NULL);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    int in_ult = argc > 1 && !strcmp(argv[1], "ult");
     if (mpiv_init(NULL, NULL) != MPIV_SUCCESS || mpiv_size() != 2)
         return 1;
-    char buf[64] = "hello";
-    mpiv_request_t r;
-    /* rank 1: receive posted and hook set before rank 0 can send */
-    if (mpiv_rank() == 1) {
-        if (mpiv_irecv(buf, sizeof buf, 0, 1, &r) != MPIV_SUCCESS)
-            return 1;
-        srv_fault_set(fail_arrivals, NULL);
-    }
-    if (mpiv_barrier() != MPIV_SUCCESS)
-        return 1;
     if (mpiv_rank() == 0) {
+        if (mpiv_barrier() != MPIV_SUCCESS)
+            return 1;
+        usleep(200000); /* rank 1 is waiting by now */
         mpiv_send(buf, sizeof buf, 1, 2); /* its arrival is what fails */
         mpiv_recv(buf, sizeof buf, 1, 3, NULL); /* the job ends meanwhile */
         return 4;
     }
-    int rc = mpiv_wait(&r, NULL);
-    int rc2 = mpiv_recv(buf, sizeof buf, 0, 5, NULL);
-    printf("rank 1: posted receive: %s, later receive: %s\n", mpiv_strerror(rc),
-           mpiv_strerror(rc2));
+    uint64_t switched = sched_blocked_waits();
+    if (in_ult) {
+        mpiv_ult_t u;
+        if (mpiv_ult_spawn(rank1, NULL, 0, &u) != MPIV_SUCCESS ||
+            mpiv_ult_join(u, NULL) != MPIV_SUCCESS)
+            _exit(6);
+    } else {
+        rank1(NULL);
+    }
+    switched = sched_blocked_waits() - switched;
+    printf("rank 1: posted receive: %s, later receive: %s, waits switched out: %llu\n",
+           mpiv_strerror(rc), mpiv_strerror(rc2), (unsigned long long)switched);
     fflush(stdout);
-    _exit(rc == MPIV_ERR_PEER && rc2 == MPIV_ERR_PEER ? 3 : 5);
+    _exit(rc == MPIV_ERR_PEER && rc2 == MPIV_ERR_PEER && switched == 0 ? 3 : 5);
 }
