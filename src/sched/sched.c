@@ -278,6 +278,50 @@ static inline void sched_run(struct sched_worker *w, struct mpiv_ult *u)
     sched_signal_inline(&u->join); /* u may be recycled from here on */
 }
 
+/* The idle hook once, if one is set: what it returns (nonzero: it did
+ * work), or 0. */
+static inline int run_idle_hook(void)
+{
+    /* relaxed: the hook needs no ordering with our data */
+    sched_idle_hook hook = atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
+    return hook ? hook() : 0;
+}
+
+/* Whether the idle hook is all that brings work to blocked ULTs
+ * (sched_set_idle_stay): no server thread. */
+static inline bool hook_is_progress(void)
+{
+    /* relaxed: a setting, read again at each use */
+    return atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed);
+}
+
+/* A sweep calls the idle hook after every SCHED_SWEEP_POLL ULTs it runs,
+ * and again while the hook finds work, up to SCHED_SWEEP_POLLS calls. */
+#define SCHED_SWEEP_POLL 64
+#define SCHED_SWEEP_POLLS 8
+
+/* Called after each ULT a sweep runs. Without a server thread
+ * (idle_stay) the network is polled by the idle hook, between sweeps; but
+ * one sweep can run thousands of ULTs (all those spawned meanwhile). If
+ * each posts a receive before any message is taken off the wire, each
+ * blocks and holds its stack while its message waits in the ring. Polling
+ * within the sweep lets arrivals meet the ULTs that run after them, as
+ * unexpected messages taken without blocking; the repeat while the hook
+ * finds work keeps the polls' intake (a batch each) ahead of ULTs that
+ * each take one message. The hook runs on the worker's own context
+ * (current == NULL), as between sweeps: a ULT it makes runnable runs in
+ * this sweep or the next (R5). */
+static inline void sweep_tick(struct sched_worker *w)
+{
+    if (++w->runs_since_poll < SCHED_SWEEP_POLL)
+        return;
+    w->runs_since_poll = 0;
+    if (!hook_is_progress())
+        return;
+    for (int k = 0; k < SCHED_SWEEP_POLLS && run_idle_hook(); k++)
+        ;
+}
+
 static inline void run_word(struct sched_worker *w, uint32_t wi)
 {
     /* acquire: pairs with the release bit-sets, so each ULT's record and
@@ -288,6 +332,7 @@ static inline void run_word(struct sched_worker *w, uint32_t wi)
         bits &= bits - 1;
         /* relaxed: the exchange above ordered the record (R2) */
         sched_run(w, atomic_load_explicit(&w->slot[wi * 64 + b], memory_order_relaxed));
+        sweep_tick(w);
     }
 }
 
@@ -307,6 +352,7 @@ static bool sched_sweep(struct sched_worker *w)
     while (y) {
         struct mpiv_ult *next = y->next_ready;
         sched_run(w, y);
+        sweep_tick(w);
         y = next;
     }
     for (uint32_t k = 0; k < n; k++) {
@@ -353,8 +399,7 @@ static bool has_live(struct sched_worker *w)
  * it has live ULTs, which may wait for what only the hook brings. */
 static bool stay_awake(struct sched_worker *w)
 {
-    /* relaxed: a setting, read again each idle spell */
-    return atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed) && has_live(w);
+    return hook_is_progress() && has_live(w);
 }
 
 static void worker_loop(struct sched_worker *w)
@@ -365,13 +410,8 @@ static void worker_loop(struct sched_worker *w)
              * that wakes blocked ULTs; ULTs that only yield (polling a
              * flag, mpiv_test in a loop) keep this worker from idling,
              * so it is called between sweeps too. */
-            /* relaxed: a setting, and the hook needs no ordering */
-            if (atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed)) {
-                sched_idle_hook hook =
-                    atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
-                if (hook)
-                    hook();
-            }
+            if (hook_is_progress())
+                run_idle_hook();
             continue;
         }
         /* idle: spin, then yield the core (util_idle), then sleep on the
@@ -386,8 +426,7 @@ static void worker_loop(struct sched_worker *w)
          * for, and keeps out of the network, so that a program that
          * communicates from one pthread stays the only thread in it (the
          * one-thread fast path, util/bias.h). */
-        bool poll = !atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed) ||
-                    has_live(w);
+        bool poll = !hook_is_progress() || has_live(w);
         for (;;) {
             /* relaxed: a peek; the sweep's exchanges order */
             if (any_runnable(w, memory_order_relaxed)) {
@@ -397,9 +436,7 @@ static void worker_loop(struct sched_worker *w)
             /* relaxed: finalize wakes us again after setting stop */
             if (atomic_load_explicit(&w->stop, memory_order_relaxed))
                 return;
-            /* relaxed: the hook needs no ordering with our data */
-            sched_idle_hook hook = atomic_load_explicit(&sched_g.idle_hook, memory_order_relaxed);
-            if (poll && hook && hook()) {
+            if (poll && run_idle_hook()) {
                 util_idle_reset(&idle); /* work came: stay responsive */
                 continue;
             }

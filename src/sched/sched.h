@@ -117,7 +117,10 @@ void sched_yield_now(void);
 
 /* An idle worker calls fn() in its spinning phase, before it yields its
  * core or sleeps; fn returns nonzero if it did work (the worker then keeps
- * spinning instead of backing off). The layers above use it to let idle
+ * spinning instead of backing off). With sched_set_idle_stay a busy worker
+ * also calls it between sweeps and every 64 ULTs it runs within one (again
+ * while it did work, up to 8 times): a long sweep must not starve the
+ * network. The layers above use it to let idle
  * workers drive network progress where cores are scarce; the scheduler
  * knows nothing of what fn does. NULL removes it. */
 typedef int (*sched_idle_hook)(void);

@@ -191,6 +191,7 @@ struct sched_worker {
     struct mpiv_ult *rq_head, *rq_tail; /* made runnable locally, FIFO (R5) */
     fcontext_t sched_ctx;
     uint32_t scan_start;
+    uint32_t runs_since_poll; /* ULTs run since the idle hook last ran */
     uint64_t sweeps;
     char *sched_stack_lo;
     size_t sched_stack_size;
@@ -247,7 +248,8 @@ struct sched_global {
     int guard_budget;      /* mprotect guards allowed (fallback path) */
     uint64_t tripwire;     /* the tripwire pattern (random per sched_init) */
     atomic_int guard_vmas; /* mprotect guards made (fallback path) */
-    /* Called by an idle worker while it spins (sched_set_idle_hook). Set
+    /* Called by an idle worker while it spins, and (with idle_stay) between
+     * sweeps and every SCHED_SWEEP_POLL ULTs within one (sched_set_idle_hook). Set
      * before the workers start or while they run: an atomic pointer, read
      * relaxed — a worker that sees it late only spins without it. */
     _Atomic(sched_idle_hook) idle_hook;

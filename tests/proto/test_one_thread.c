@@ -11,6 +11,10 @@
  *   the network itself, never switching out (proto_wait, sched_ult_alone);
  *   one that waits so switches out when another ULT is spawned onto its
  *   worker, which would otherwise never run.
+ *   case "sweep": a worker that runs thousands of ULTs in one sweep polls
+ *   the network between them (sched.c, sweep_tick), so messages that
+ *   wait in the ring meet the receivers that run after them as unexpected
+ *   messages, and those receivers end without blocking or keeping a stack.
  * With MPIV_ONE_THREAD=off nobody may own it. Each case runs in its own
  * job (CK_RUN_CASE), since a revocation lasts until mpiv_finalize.
  */
@@ -234,6 +238,80 @@ START_TEST(a_spawn_ends_the_wait_in_place)
 }
 END_TEST
 
+#define SWEEP_N 4096
+#define SWEEP_TAG 1000
+
+static void *sweep_receiver(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    unsigned char in[8];
+    mpiv_status_t st;
+    if (mpiv_recv(in, sizeof in, 0, SWEEP_TAG + i, &st) != MPIV_SUCCESS || st.size != 8)
+        return (void *)1;
+    for (int k = 0; k < 8; k++)
+        if (in[k] != pattern((size_t)k, (unsigned)i))
+            return (void *)1;
+    return NULL;
+}
+
+/* Spawns the receivers onto its own worker without yielding, so that they
+ * all run in the worker's next sweep, then joins them. */
+static void *sweep_spawner(void *unused)
+{
+    (void)unused;
+    static mpiv_ult_t u[SWEEP_N];
+    for (int i = 0; i < SWEEP_N; i++)
+        if (mpiv_ult_spawn(sweep_receiver, (void *)(intptr_t)i, MPIV_WORKER_ANY, &u[i]) !=
+            MPIV_SUCCESS)
+            return (void *)1;
+    intptr_t bad = 0;
+    for (int i = 0; i < SWEEP_N; i++) {
+        void *r;
+        if (mpiv_ult_join(u[i], &r) != MPIV_SUCCESS || r)
+            bad++;
+    }
+    return (void *)bad;
+}
+
+/* Rank 0 sends SWEEP_N messages while rank 1 does not poll (its main
+ * thread sleeps, its worker has no ULT); they wait in rank 1's ring, more
+ * than its pool can take as unexpected. Then rank 1 runs one receiver per
+ * message, all in one sweep. Without polls inside the sweep each receiver
+ * posts its receive before its message is taken off the wire, and blocks:
+ * about SWEEP_N blocked waits and as many stacks. */
+START_TEST(a_long_sweep_takes_arrivals)
+{
+    unsigned char buf[8];
+    if (me == 0) {
+        for (int i = 0; i < SWEEP_N; i++) {
+            fill(buf, 8, (unsigned)i);
+            OK(mpiv_send(buf, 8, 1, SWEEP_TAG + i));
+        }
+        OK(mpiv_recv(buf, 1, 1, SWEEP_TAG - 1, NULL));
+    } else {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        struct sched_stack_stats s0, s1;
+        sched_stack_stats(&s0);
+        uint64_t waits = sched_blocked_waits();
+        mpiv_ult_t sp;
+        void *bad;
+        OK(mpiv_ult_spawn(sweep_spawner, NULL, MPIV_WORKER_ANY, &sp));
+        OK(mpiv_ult_join(sp, &bad));
+        ck_assert_ptr_null(bad);
+        waits = sched_blocked_waits() - waits;
+        sched_stack_stats(&s1);
+        ck_assert_msg(waits < SWEEP_N / 8, "%llu of %d receivers blocked",
+                      (unsigned long long)waits, SWEEP_N);
+        ck_assert_msg(s1.made - s0.made < SWEEP_N / 8, "%llu stacks made for %d receivers",
+                      (unsigned long long)(s1.made - s0.made), SWEEP_N);
+        buf[0] = 1;
+        OK(mpiv_send(buf, 1, 0, SWEEP_TAG - 1));
+    }
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static int one_thread_init(int *argc, char ***argv)
 {
     if (test_mpiv_init(argc, argv))
@@ -260,6 +338,10 @@ static Suite *one_thread_suite(void)
     tcase_add_test(a, a_lone_ult_waits_in_place);
     tcase_add_test(a, a_spawn_ends_the_wait_in_place);
     suite_add_tcase(s, a);
+    TCase *w = tcase_create("sweep");
+    tcase_set_timeout(w, 120);
+    tcase_add_test(w, a_long_sweep_takes_arrivals);
+    suite_add_tcase(s, w);
     return s;
 }
 
