@@ -103,7 +103,8 @@
  *  I5 Unexpected messages (EAGER and RTS) never hold more than half of the
  *     packets the posted receives leave (proto.unexpected_max): past that,
  *     the server offers the table a heap block shaped like a packet
- *     (idx == PROTO_HEAP_IDX) and gives the packet back at once. So a
+ *     (idx == PROTO_HEAP_IDX, heap_copy_new) and gives the packet back at
+ *     once. So a
  *     sender always finds packets that only sends hold, and sends give
  *     theirs back without waiting for anything. A heap RTS is turned back
  *     into a pool packet for its RTR by the receiving thread that matches
@@ -128,6 +129,7 @@
  *     its own request.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,13 +293,39 @@ static void proto_pkt_put(pkt_t *p, bool server)
         pkt_put(proto.pool, sched_worker_id(), p);
 }
 
+/* Heap copies shaped like packets (I5) have this index: a pool index is
+ * below the pool's size. */
 #define PROTO_HEAP_IDX UINT32_MAX
+/* Where a heap copy keeps the address malloc gave (heap_copy_new): a
+ * backend's scratch, which a heap copy never goes to. */
+#define PROTO_HEAP_RAW 4
+
+static inline bool proto_is_heap(const pkt_t *p) { return p->idx == PROTO_HEAP_IDX; }
+
+/* A heap copy with room for len data bytes, its idx set; NULL if out of
+ * memory. A packet is 64-byte aligned, but glibc's aligned_alloc splits a
+ * larger chunk and frees the rest every time (a flood of unexpected
+ * messages spent a sixth of the receiving worker's time in those frees):
+ * malloc, aligned by hand, costs one malloc and one free. */
+static pkt_t *heap_copy_new(size_t len)
+{
+    size_t pad = 64 - _Alignof(max_align_t);
+    void *raw = malloc(sizeof(pkt_t) + len + pad);
+    if (!raw)
+        return NULL;
+    pkt_t *c = (pkt_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    c->idx = PROTO_HEAP_IDX;
+    c->srv_ctx[PROTO_HEAP_RAW] = raw;
+    return c;
+}
+
+static void heap_copy_free(pkt_t *p) { free(p->srv_ctx[PROTO_HEAP_RAW]); }
 
 /* Gives back a matched packet, or frees its heap copy (I5). */
 static void proto_pkt_release(pkt_t *p, bool server)
 {
-    if (p->idx == PROTO_HEAP_IDX) {
-        free(p);
+    if (proto_is_heap(p)) {
+        heap_copy_free(p);
         return;
     }
     /* relaxed: a statistic that only steers copying, never correctness */
@@ -306,7 +334,7 @@ static void proto_pkt_release(pkt_t *p, bool server)
 }
 
 /* The server, about to offer an arrived pool packet to the table: past the
- * watermark, a heap copy shaped like a packet (idx == PROTO_HEAP_IDX) is
+ * watermark, a heap copy shaped like a packet (proto_is_heap) is
  * offered instead, so that the pool packet can go back at once (I5).
  * Returns NULL (and counts p as held) below the watermark. */
 static pkt_t *proto_copy_if_crowded(pkt_t *p)
@@ -318,12 +346,14 @@ static pkt_t *proto_copy_if_crowded(pkt_t *p)
     long held = atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
     if (held < proto.unexpected_max)
         return NULL;
-    pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + p->len + 63) / 64 * 64);
+    pkt_t *copy = heap_copy_new(p->len);
     if (!copy)
         return NULL; /* keep the packet (counted): slower, not wrong */
     atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
+    void *raw = copy->srv_ctx[PROTO_HEAP_RAW];
     memcpy(copy, p, sizeof(pkt_t) + p->len);
     copy->idx = PROTO_HEAP_IDX;
+    copy->srv_ctx[PROTO_HEAP_RAW] = raw;
     return copy;
 }
 
@@ -598,12 +628,12 @@ void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
      * copy (I5) sat in the table, so the caller is a receiving thread,
      * which may wait for a packet (the server never waits: it matches with
      * the arrived packet itself). */
-    if (p->idx == PROTO_HEAP_IDX) {
+    if (proto_is_heap(p)) {
         pkt_t *q = proto_pkt_alloc();
         memcpy(q->data, p->data, p->len);
         q->len = p->len;
         q->peer = p->peer;
-        free(p);
+        heap_copy_free(p);
         p = q;
     } else {
         atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
@@ -679,7 +709,7 @@ static void on_eager_or_rts(pkt_t *p)
             return;
         }
         /* a receive was waiting: the copy was never shared */
-        free(copy);
+        heap_copy_free(copy);
         atomic_fetch_add_explicit(&proto.unexpected, 1, memory_order_relaxed);
     }
     if (v != HT_EMPTY)
@@ -885,14 +915,13 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
         on_eager_or_rts(spare); /* matches a receive posted meanwhile */
         return true;
     }
-    pkt_t *copy = aligned_alloc(64, (sizeof(pkt_t) + len + 63) / 64 * 64);
+    pkt_t *copy = heap_copy_new(len);
     if (!copy)
         util_fatal("out of memory for a %zu-byte message from rank %d", (size_t)h->size, src);
     memcpy(copy->data, h, sizeof *h);
     memcpy(copy->data + sizeof *h, payload, (size_t)h->size);
     copy->len = (uint32_t)len;
     copy->peer = src;
-    copy->idx = PROTO_HEAP_IDX;
     *proto_stamp_of(copy) = atomic_fetch_add_explicit(&proto_arrivals, 1, memory_order_relaxed);
     v = ht_match_or_insert(proto.ht, k, ht_val(copy, HT_KIND_PKT));
     if (util_unlikely(v == HT_DEFER))
