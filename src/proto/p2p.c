@@ -104,11 +104,10 @@
  *     packets the posted receives leave (proto.unexpected_max): past that,
  *     the server offers the table a heap block shaped like a packet
  *     (idx == PROTO_HEAP_IDX, heap_copy_new) and gives the packet back at
- *     once. So a
- *     sender always finds packets that only sends hold, and sends give
- *     theirs back without waiting for anything. A heap RTS is turned back
- *     into a pool packet for its RTR by the receiving thread that matches
- *     it.
+ *     once. So a sender always finds packets that only sends hold, and
+ *     sends give theirs back without waiting for anything. A heap RTS is
+ *     turned back into a pool packet for its RTR by the receiving thread
+ *     that matches it.
  *  I6 Flow control: a rank sends another at most proto.credit_max bytes of
  *     eager messages (counted with their headers) that the receiver has not
  *     consumed, not counting those whose payload is no larger than an RTS
