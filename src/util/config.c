@@ -218,6 +218,20 @@ static int env_int(const char *name, int dflt)
     return dflt;
 }
 
+/* The count a variable starts with ("4", "2(x3),1": 4 and 2), or 0. */
+static int env_leading_int(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || errno || v <= 0 || v >= INT_MAX || (*end && *end != '(' && *end != ','))
+        return 0;
+    return (int)v;
+}
+
 /* How many ranks of this job share the host, from whichever launcher
  * started us: mpiv_run, Open MPI, Slurm, MPICH's hydra. */
 static void find_local_ranks(struct util_config *c)
@@ -233,9 +247,13 @@ static void find_local_ranks(struct util_config *c)
         c->local_rank = env_int("MPI_LOCALRANKID", -1);
     }
     if (c->local_ranks <= 0) {
-        /* SLURM_TASKS_PER_NODE may be "2(x3),1": the leading count is ours
-         * on all but odd layouts; good enough for sizing defaults. */
-        c->local_ranks = env_int("SLURM_NTASKS_PER_NODE", 0);
+        /* srun sets SLURM_TASKS_PER_NODE for every step ("4", or "2(x3),1"
+         * for uneven layouts: the leading count is ours on all but odd
+         * layouts, good enough for sizing defaults); SLURM_NTASKS_PER_NODE
+         * only with --ntasks-per-node. */
+        c->local_ranks = env_leading_int("SLURM_TASKS_PER_NODE");
+        if (c->local_ranks <= 0)
+            c->local_ranks = env_int("SLURM_NTASKS_PER_NODE", 0);
         c->local_rank = env_int("SLURM_LOCALID", -1);
     }
     if (c->local_ranks <= 0)

@@ -14,6 +14,7 @@ static const char *all_vars[] = {
     "MPIV_HT_BUCKETS", "MPIV_NET", "MPIV_SHM_CMA", "MPIV_BOOT_TIMEOUT", "MPIV_SERVER", "MPIV_SERVER_CORE", "MPIV_IBV_GID_INDEX",
     "MPIV_OFI_PROVIDER", "MPIV_IBV_DEVICE", "MPIV_LOCAL_SIZE", "MPIV_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_LOCALID",
 };
 
 static void clean_env(void)
@@ -197,6 +198,35 @@ START_TEST(local_ranks_shrink_default_workers)
 }
 END_TEST
 
+/* Under srun the ranks on this host come from SLURM_TASKS_PER_NODE, which
+ * every step has (SLURM_NTASKS_PER_NODE only with --ntasks-per-node):
+ * `srun -n 4` on one node is 4 local ranks, not 1. */
+START_TEST(slurm_tasks_per_node)
+{
+    clean_env();
+    struct util_config c;
+    setenv("SLURM_TASKS_PER_NODE", "4", 1);
+    setenv("SLURM_LOCALID", "3", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.local_ranks, 4);
+    ck_assert_int_eq(c.local_rank, 3);
+    setenv("SLURM_TASKS_PER_NODE", "2(x3),1", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.local_ranks, 2);
+    ck_assert_int_eq(c.local_rank, 1);
+    /* unreadable: the --ntasks-per-node variable, else one rank */
+    setenv("SLURM_TASKS_PER_NODE", "x4", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "8", 1);
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.local_ranks, 8);
+    unsetenv("SLURM_NTASKS_PER_NODE");
+    ck_assert_int_eq(util_config_load(&c), MPIV_SUCCESS);
+    ck_assert_int_eq(c.local_ranks, 1);
+    clean_env();
+}
+END_TEST
+
 /* MPIV_SERVER=auto: a server thread only where a rank has a core for it
  * beyond its workers; an explicit choice is kept whatever the cores. */
 START_TEST(server_auto_needs_a_spare_core)
@@ -299,6 +329,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, good_values_are_taken);
     tcase_add_test(tc, surrounding_whitespace_is_ignored);
     tcase_add_test(tc, local_ranks_shrink_default_workers);
+    tcase_add_test(tc, slurm_tasks_per_node);
     tcase_add_test(tc, server_auto_needs_a_spare_core);
     tcase_add_test(tc, sizes_parse);
     tcase_add_test(tc, one_variable_parses_like_the_table);
