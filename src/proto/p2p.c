@@ -303,9 +303,8 @@ static inline bool proto_is_heap(const pkt_t *p) { return p->idx == PROTO_HEAP_I
 
 /* A heap copy with room for len data bytes, its idx set; NULL if out of
  * memory. A packet is 64-byte aligned, but glibc's aligned_alloc splits a
- * larger chunk and frees the rest every time (a flood of unexpected
- * messages spent a sixth of the receiving worker's time in those frees):
- * malloc, aligned by hand, costs one malloc and one free. */
+ * larger chunk and frees the rest on every call: malloc, aligned by hand,
+ * costs one malloc and one free. */
 static pkt_t *heap_copy_new(size_t len)
 {
     size_t pad = 64 - _Alignof(max_align_t);
@@ -319,6 +318,16 @@ static pkt_t *heap_copy_new(size_t len)
 }
 
 static void heap_copy_free(pkt_t *p) { free(p->srv_ctx[PROTO_HEAP_RAW]); }
+
+/* What a packet carries, from src into dst (which has room for it): its
+ * data, their length and its peer; dst keeps its own identity (idx, the
+ * backend's scratch). */
+static void pkt_copy_body(pkt_t *dst, const pkt_t *src)
+{
+    memcpy(dst->data, src->data, src->len);
+    dst->len = src->len;
+    dst->peer = src->peer;
+}
 
 /* Gives back a matched packet, or frees its heap copy (I5). */
 static void proto_pkt_release(pkt_t *p, bool server)
@@ -349,10 +358,7 @@ static pkt_t *proto_copy_if_crowded(pkt_t *p)
     if (!copy)
         return NULL; /* keep the packet (counted): slower, not wrong */
     atomic_fetch_sub_explicit(&proto.unexpected, 1, memory_order_relaxed);
-    void *raw = copy->srv_ctx[PROTO_HEAP_RAW];
-    memcpy(copy, p, sizeof(pkt_t) + p->len);
-    copy->idx = PROTO_HEAP_IDX;
-    copy->srv_ctx[PROTO_HEAP_RAW] = raw;
+    pkt_copy_body(copy, p);
     return copy;
 }
 
@@ -629,9 +635,7 @@ void proto_match(struct mpiv_request *r, pkt_t *p, bool server)
      * the arrived packet itself). */
     if (proto_is_heap(p)) {
         pkt_t *q = proto_pkt_alloc();
-        memcpy(q->data, p->data, p->len);
-        q->len = p->len;
-        q->peer = p->peer;
+        pkt_copy_body(q, p);
         heap_copy_free(p);
         p = q;
     } else {
