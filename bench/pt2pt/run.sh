@@ -243,8 +243,6 @@ done
 [ $report_only = 1 ] || echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out/raw/meta.txt"
 
 # ------------------------------------------------------------ results ---
-# Data lines of the OSU-style output -> .dat (x value [value2]) and CSV:
-# only lines that start with a number (a failed run's error text does not).
 # median_rows: rows "x v1 v2 ..." (one per round) -> one row per x, in the
 # order of first appearance, each column the median of its values (the
 # mean of the middle two for an even count). Plain awk (no asort).
