@@ -38,13 +38,16 @@
  *  - Progress: a message is delivered without the receiver calling MPIv
  *    again (a server thread, or an idle worker, drives the network); a
  *    plain pthread that waits drives it itself.
- *  - Buffering: a rank may hold at most a fixed amount (4 MiB by default)
- *    of eager messages from each peer that no receive has taken yet. Past
- *    that, a send waits for its matching receive (as MPI_Send may):
- *    mpiv_send returns once the receive has started taking the message,
- *    mpiv_isend's request completes then. A program that sends many
- *    blocking messages to a rank that receives none of them until later
- *    may therefore wait; use mpiv_isend for such floods.
+ *  - Buffering: a rank may hold at most a fixed amount (MPIV_EAGER_CREDIT,
+ *    4 MiB by default) of eager messages from each peer that no receive
+ *    has taken yet. Past that, a send no larger than the eager limit
+ *    still completes at once: the sender keeps a copy of it, up to 16
+ *    times that amount per peer, and the receive takes the message from
+ *    there. Past that too, a send waits for its matching receive (as
+ *    MPI_Send may): mpiv_send returns once the receive has started taking
+ *    the message, mpiv_isend's request completes then. A program that
+ *    sends that much to a rank that receives none of it until later may
+ *    therefore wait; use mpiv_isend for such floods.
  */
 #ifndef MPIV_H
 #define MPIV_H
@@ -225,8 +228,8 @@ typedef struct mpiv_request *mpiv_request_t;
 typedef struct mpiv_comm *mpiv_comm_t;
 
 /* Blocking send of `size` bytes to rank `dest` with `tag`. Returns when buf
- * may be reused (a large message, or one past the receiver's buffering,
- * see the top of this file: once its receive has started taking it).
+ * may be reused (a large message, or one past both ranks' buffering, see
+ * the top of this file: once its receive has started taking it).
  * Errors before anything is sent: MPIV_ERR_RANK, MPIV_ERR_TAG, MPIV_ERR_ARG
  * (buf NULL with size > 0). MPIV_ERR_PEER if dest is gone or refused it
  * (out of resources), MPIV_ERR_NET if the transfer failed. Messages of any

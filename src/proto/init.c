@@ -68,6 +68,13 @@ int mpiv_init(int *argc, char ***argv)
         proto.credit_max = 4l << 20;
     if (cfg->eager_credit)
         proto.credit_max = (long)cfg->eager_credit;
+    /* I8: what the sender may hold in copies per peer. Far above the
+     * credit, because it counts copies until the sender hears they were
+     * taken, which can be well after the receiver took them: a send that
+     * finds it full waits for its own receive, and one that did so on
+     * stale counts could hang a program that relies on small sends
+     * returning. */
+    proto.buffered_max = 16 * proto.credit_max;
     rc = proto_p2p_init();
     if (rc)
         goto fail_srv;
@@ -152,6 +159,7 @@ int mpiv_finalize(void)
         return rc2; /* ULTs still alive: the user must join them first */
     proto.initialized = 0;
     int rc3 = srv_finalize();
+    proto_buffered_drop(); /* before the handle table goes */
     proto_comm_fini();
     proto_p2p_fini();
     proto_handle_fini();

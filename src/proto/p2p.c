@@ -60,6 +60,8 @@
  * States of a request (the state word itself only says pending / waited
  * for / complete, see proto.h; the phase below is implied by who owns it):
  *   send eager:  posted -> complete (at once, the payload was copied)
+ *   send buffered (I8): complete at once; its copy's own request goes on
+ *                as a send RTS, and is freed where that one completes
  *   send RTS:    in the handle table (RTS sent) -> RTR taken it out:
  *                  OK: writes in flight (the server owns it) -> complete
  *                  NONE (truncated, or nothing to write) -> complete
@@ -81,8 +83,9 @@
  *
  * Invariants:
  *  I1 A request is completed exactly once, by proto_finish(), whose last access
- *     to it is the signal of its state word; its owner may free it as soon
- *     as a wait returns (or a test says it is complete).
+ *     to it is the signal of its state word (or, for a buffered send's own
+ *     request, I8, its free); its owner may free it as soon as a wait
+ *     returns (or a test says it is complete).
  *  I2 A packet has exactly one owner: the network, the server, the table, or
  *     one matching thread; whoever matches it returns it to the pool or
  *     reuses it (the RTR is written into the matched RTS packet, so the
@@ -111,14 +114,16 @@
  *  I6 Flow control: a rank sends another at most proto.credit_max bytes of
  *     eager messages (counted with their headers) that the receiver has not
  *     consumed, not counting those whose payload is no larger than an RTS
- *     body (they cost no more than the RTS that would replace them); the receiver gives credit back once it consumed them
- *     (piggybacked on any packet past an eighth of it, or a CREDIT packet
- *     past a quarter). Without
- *     credit a message goes as an RTS, whose payload stays at the sender,
- *     so every message still reaches the receiver's table and matching
- *     order never waits on credit (no deadlock); what unexpected messages
- *     hold at a receiver is then at most credit_max per peer plus one
- *     header per pending send of that peer.
+ *     body (they cost no more than the RTS that would replace them); the
+ *     receiver gives credit back once it consumed them (piggybacked on any
+ *     packet past an eighth of it, or a CREDIT packet past a quarter).
+ *     Without credit a message goes as an RTS, whose payload stays at the
+ *     sender (in a copy, I8), so every message still reaches the
+ *     receiver's table and matching order never waits on credit (no
+ *     deadlock); what unexpected messages hold at a receiver is then at
+ *     most credit_max per peer plus one header per pending send of that
+ *     peer (the pending buffered ones among them at most buffered_max /
+ *     proto_buffered_cost(0) per peer, I8).
  *  I7 A failure is reported on both sides: a rendezvous write that fails
  *     sends the receiver an ABORT naming its handle; a read that fails
  *     sends the sender a FIN_FAILED (its send fails); a peer the transport
@@ -126,6 +131,24 @@
  *     holds (a receive being read is in no table: its read ends by itself,
  *     with ESRCH if the sender died); a packet that cannot be sent fails
  *     its own request.
+ *  I8 A send that is not synchronous and could go eagerly by its size (at
+ *     most proto_eager_max) completes at once, also when it must go as an
+ *     RTS (no credit left, or a message above a packet that finds the ring
+ *     full): its payload is copied behind a request of the runtime's own
+ *     (buffered), which sends the RTS and sits in the handle table like
+ *     any other; nobody waits on it, and proto_finish frees it. So whether
+ *     a small send returns never depends on credit that happens to be in
+ *     flight back to us, or on a ring that happens to be full: a rank that
+ *     sends a burst and then meets its receiver in a barrier cannot hang.
+ *     (Credit given back can sit behind a barrier's messages: those may
+ *     come from other ranks, on other rings, and be taken off first.)
+ *     What copies cost per peer (proto_buffered_cost) stays at most
+ *     proto.buffered_max (16 credits: copies count until the sender hears
+ *     they were taken, which can be long after), and their number in the
+ *     process at most PROTO_BUFFERED_COPIES_MAX (each holds a handle); past
+ *     either a send goes as a plain RTS and waits for its receive, as MPI
+ *     allows. Copies still held at finalize, whose answer was still on its
+ *     way, are freed there (proto_buffered_drop).
  */
 #include <inttypes.h>
 #include <stddef.h>
@@ -171,6 +194,86 @@ static void req_put_mr(struct mpiv_request *r)
     r->mr = NULL;
 }
 
+/* --- buffered sends (I8) ------------------------------------------------------- */
+
+/* A request of the runtime's own with a copy of buf behind it, for a send
+ * that has to go as an RTS, or NULL: over the cap of buffered bytes to
+ * dest, or out of memory (then the caller's request goes as the RTS and
+ * its send waits for the receive). */
+static struct mpiv_request *buffered_new(const void *buf, size_t size, int dest)
+{
+    /* relaxed: caps on memory and handles; the copy itself is published
+     * by the RTS */
+    long cost = proto_buffered_cost(size);
+    long held = atomic_fetch_add_explicit(&proto.buffered[dest], cost, memory_order_relaxed) +
+                cost;
+    long copies = atomic_fetch_add_explicit(&proto.buffered_copies, 1, memory_order_relaxed) + 1;
+    bool fits = held <= proto.buffered_max && copies <= PROTO_BUFFERED_COPIES_MAX;
+    struct mpiv_request *b = fits ? malloc(sizeof *b + size) : NULL;
+    if (!b) {
+        atomic_fetch_sub_explicit(&proto.buffered[dest], cost, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&proto.buffered_copies, 1, memory_order_relaxed);
+        /* once per process: a flood would repeat it per send */
+        static atomic_bool warned;
+        if (atomic_exchange_explicit(&warned, true, memory_order_relaxed))
+            return NULL;
+        if (fits)
+            util_log_warn("no memory for a copy of a %zu-byte send to rank %d: it waits for its "
+                          "receive (said once)", size, dest);
+        else
+            util_log_warn("sends that returned at once hold %ld bytes in copies for rank %d (at "
+                          "most %ld) and %ld copies in all (at most %d): a send without eager "
+                          "credit now waits for its receive (MPIV_EAGER_CREDIT sets the bytes; "
+                          "said once)", held - cost, dest, proto.buffered_max, copies - 1,
+                          (int)PROTO_BUFFERED_COPIES_MAX);
+        return NULL;
+    }
+    memcpy(b + 1, buf, size);
+    return b;
+}
+
+static void buffered_free(struct mpiv_request *b)
+{
+    atomic_fetch_sub_explicit(&proto.buffered[b->peer], proto_buffered_cost(b->size),
+                              memory_order_relaxed);
+    atomic_fetch_sub_explicit(&proto.buffered_copies, 1, memory_order_relaxed);
+    free(b);
+}
+
+static bool is_buffered(struct mpiv_request *r, void *arg)
+{
+    (void)arg;
+    return r->buffered;
+}
+
+static void free_buffered(struct mpiv_request *r, void *arg)
+{
+    (void)arg;
+    buffered_free(r); /* its registration went with the server */
+}
+
+/* At finalize, once the server stopped: the copies whose answer (a FIN,
+ * an RTR) was still on its way. Their receives completed, or never will:
+ * every rank passed mpiv_finalize's barrier. */
+void proto_buffered_drop(void)
+{
+    proto_handle_take_if(is_buffered, NULL, free_buffered);
+}
+
+/* A buffered send is complete (its registration given back): its sender
+ * returned long ago, so a failure can only be logged, at info level: it
+ * comes with its peer's failure, which is logged as an error and reported
+ * by every later call with that peer, and a flood would log one line per
+ * copy. */
+static void buffered_done(struct mpiv_request *b, int err)
+{
+    if (err != MPIV_SUCCESS)
+        util_log_info("a %zu-byte send to rank %d (tag %d), complete for its sender since it "
+                      "was copied, never reached it: %s", b->size, b->peer, b->tag,
+                      mpiv_strerror(err));
+    buffered_free(b);
+}
+
 /* Completes r before anybody but its starter has seen it (an eager send,
  * I1's signal without the atomic exchange: no waiter can be registered
  * yet; the starter's return publishes it). */
@@ -183,6 +286,10 @@ static void finish_unseen(struct mpiv_request *r)
 void proto_finish(struct mpiv_request *r, int err)
 {
     req_put_mr(r);
+    if (util_unlikely(r->buffered)) {
+        buffered_done(r, err); /* nobody waits on it: it is ours to free */
+        return;
+    }
     r->status.error = err;
     /* The signal publishes everything above (release, see sched.h) and is
      * the last access to r. The bias's owner signals a request nobody
@@ -1018,6 +1125,7 @@ static void req_init(struct mpiv_request *r, int kind, void *buf, size_t size, i
     r->kind = (uint8_t)kind;
     r->ctx = (uint16_t)ctx;
     r->rdv_read = false;
+    r->buffered = false;
     r->wild = false; /* listed is only read when wild */
     r->seq = 0;
     r->buf = buf;
@@ -1100,6 +1208,51 @@ static inline __attribute__((always_inline)) int send_inline(const void *buf, si
     return rc;
 }
 
+/* Sends r (req_init done) as an RTS: r waits in the handle table for the
+ * receiver's answer. On failure r is not pending. */
+static int send_rts(struct mpiv_request *r)
+{
+    size_t size = r->size;
+    int dest = r->peer;
+    if (size) {
+        int rc = srv_mr_get(r->buf, size, &r->mr);
+        if (rc != MPIV_SUCCESS)
+            return rc;
+    }
+    pkt_t *p = proto_pkt_alloc();
+    struct proto_hdr *h = proto_hdr_of(p);
+    hdr_init(h, PROTO_RTS, dest);
+    h->ctx = r->ctx;
+    h->tag = (uint32_t)r->tag;
+    h->size = size;
+    p->len = sizeof *h;
+    /* Offer the receiver a read when it can read us (on one host): then
+     * the bytes move one trip after the RTS. The buffer stays registered
+     * all the same, for the write path should the read not be possible
+     * there after all. Written before the handle publishes r. */
+    if (size && !atomic_load_explicit(&proto.rdv_write_only, memory_order_relaxed) &&
+        srv_can_read(dest)) {
+        struct proto_rts *body = (struct proto_rts *)(h + 1);
+        body->raddr = r->mr->raddr + ((uintptr_t)r->buf - r->mr->base);
+        body->rkey = r->mr->rkey;
+        p->len += sizeof *body;
+        r->rdv_read = true;
+    }
+    h->handle = proto_handle_make(r);
+    if (!h->handle) {
+        pkt_put(proto.pool, sched_worker_id(), p);
+        req_put_mr(r);
+        return util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
+    }
+    uint64_t hnd = h->handle;
+    int rc = proto_deliver(p, dest);
+    if (rc != MPIV_SUCCESS && proto_handle_take(hnd)) {
+        req_put_mr(r);
+        return rc;
+    }
+    return MPIV_SUCCESS;
+}
+
 /* sync: a synchronous send, always an RTS (see proto_issend). */
 static inline __attribute__((always_inline)) int
 isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r, bool sync)
@@ -1123,54 +1276,39 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
             eager = false;
         }
     }
-    if (!eager && !sync && size <= eager_max)
-        atomic_fetch_add_explicit(&n_eager_as_rts, 1, memory_order_relaxed);
-    if (!eager && size) {
-        int rc = srv_mr_get((void *)buf, size, &r->mr);
-        if (rc != MPIV_SUCCESS)
+    if (!eager) {
+        /* I8: a message that could have gone eagerly completes at once all
+         * the same, from a copy */
+        struct mpiv_request *b = NULL;
+        if (!sync && size <= eager_max) {
+            atomic_fetch_add_explicit(&n_eager_as_rts, 1, memory_order_relaxed);
+            b = buffered_new(buf, size, dest);
+        }
+        if (!b)
+            return send_rts(r);
+        req_init(b, PROTO_REQ_SEND, b + 1, size, dest, tag, ctx);
+        b->buffered = true;
+        int rc = send_rts(b);
+        if (rc != MPIV_SUCCESS) {
+            buffered_free(b);
             return rc;
-    }
-    pkt_t *p = proto_pkt_alloc();
-    struct proto_hdr *h = proto_hdr_of(p);
-    hdr_init(h, eager ? PROTO_EAGER : PROTO_RTS, dest);
-    h->ctx = (uint16_t)ctx;
-    h->tag = (uint32_t)tag;
-    h->size = size;
-    if (eager) {
-        if (size)
-            memcpy(h + 1, buf, size);
-        p->len = (uint32_t)(sizeof *h + size);
-        int rc = proto_deliver(p, dest);
-        if (rc != MPIV_SUCCESS)
-            return rc;
+        }
         finish_unseen(r);
         return MPIV_SUCCESS;
     }
-    p->len = sizeof *h;
-    /* Offer the receiver a read when it can read us (on one host): then
-     * the bytes move one trip after the RTS. The buffer stays registered
-     * all the same, for the write path should the read not be possible
-     * there after all. Written before the handle publishes r. */
-    if (size && !atomic_load_explicit(&proto.rdv_write_only, memory_order_relaxed) &&
-        srv_can_read(dest)) {
-        struct proto_rts *body = (struct proto_rts *)(h + 1);
-        body->raddr = r->mr->raddr + ((uintptr_t)buf - r->mr->base);
-        body->rkey = r->mr->rkey;
-        p->len += sizeof *body;
-        r->rdv_read = true;
-    }
-    h->handle = proto_handle_make(r);
-    if (!h->handle) {
-        pkt_put(proto.pool, sched_worker_id(), p);
-        req_put_mr(r);
-        return util_err(MPIV_ERR_NO_RESOURCES, "every rendezvous handle is in use");
-    }
-    uint64_t hnd = h->handle;
+    pkt_t *p = proto_pkt_alloc();
+    struct proto_hdr *h = proto_hdr_of(p);
+    hdr_init(h, PROTO_EAGER, dest);
+    h->ctx = (uint16_t)ctx;
+    h->tag = (uint32_t)tag;
+    h->size = size;
+    if (size)
+        memcpy(h + 1, buf, size);
+    p->len = (uint32_t)(sizeof *h + size);
     int rc = proto_deliver(p, dest);
-    if (rc != MPIV_SUCCESS && proto_handle_take(hnd)) {
-        req_put_mr(r);
+    if (rc != MPIV_SUCCESS)
         return rc;
-    }
+    finish_unseen(r);
     return MPIV_SUCCESS;
 }
 
@@ -1241,14 +1379,17 @@ int proto_p2p_init(void)
     size_t n = (size_t)proto.size;
     proto.credit = calloc(n, sizeof *proto.credit);
     proto.owed = calloc(n, sizeof *proto.owed);
+    proto.buffered = calloc(n, sizeof *proto.buffered);
     proto.inline_max = calloc(n, sizeof *proto.inline_max);
-    if (!proto.credit || !proto.owed || !proto.inline_max) {
+    if (!proto.credit || !proto.owed || !proto.buffered || !proto.inline_max) {
         proto_p2p_fini();
         return util_err(MPIV_ERR_NO_RESOURCES, "out of memory for %zu ranks' credit", n);
     }
     for (size_t i = 0; i < n; i++) {
         atomic_init(&proto.credit[i], proto.credit_max);
         atomic_init(&proto.owed[i], 0);
+        atomic_init(&proto.buffered[i], 0);
+    atomic_store_explicit(&proto.buffered_copies, 0, memory_order_relaxed);
         proto.inline_max[i] = (int)i == proto.rank ? 0 : srv_inline_max((int)i);
     }
     return MPIV_SUCCESS;
@@ -1258,9 +1399,11 @@ void proto_p2p_fini(void)
 {
     free(proto.credit);
     free(proto.owed);
+    free(proto.buffered);
     free(proto.inline_max);
     proto.credit = NULL;
     proto.owed = NULL;
+    proto.buffered = NULL;
     proto.inline_max = NULL;
 }
 

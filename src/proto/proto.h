@@ -168,6 +168,10 @@ void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void 
 
 /* --- requests --------------------------------------------------------------- */
 
+/* Buffered sends (p2p.c, I8): each holds a handle, so their number is
+ * kept well below the slots, which receives and other sends need too. */
+#define PROTO_BUFFERED_COPIES_MAX (HANDLE_SLOTS / 4)
+
 enum proto_req_kind {
     PROTO_REQ_SEND = 1,
     PROTO_REQ_RECV = 2,
@@ -193,6 +197,9 @@ struct mpiv_request {
     bool wild;        /* receive or probe with MPIV_ANY_SOURCE/_TAG: lives
                          in match.c's list while pending, not the table    */
     bool listed;      /* in match.c's list (under its lock)                 */
+    bool buffered;    /* send: the runtime's own request for a copy of the
+                         user's message, which nobody waits on: its
+                         completion frees it (p2p.c, I8)                    */
     void *buf;        /* user buffer                                        */
     size_t size;      /* send: message size; recv: buffer capacity          */
     int peer, tag;
@@ -235,6 +242,13 @@ struct proto_state {
     long credit_max;
     atomic_long *credit;
     atomic_long *owed;
+    /* Buffered sends (p2p.c, I8) not yet complete: what they cost per peer
+     * (proto_buffered_cost), at most buffered_max, and how many there are
+     * in the process, at most PROTO_BUFFERED_COPIES_MAX. Past either a
+     * send waits for its receive, as an RTS does. */
+    atomic_long *buffered;
+    long buffered_max;
+    atomic_long buffered_copies;
     /* Per peer, srv_inline_max(peer) (0 for our own rank), read once at
      * proto_p2p_init: a transport's limit does not change while the job
      * runs, and the exact path reads it twice per send. */
@@ -246,6 +260,14 @@ struct proto_state {
     int initialized;
 };
 extern struct proto_state proto;
+
+/* What a buffered send (p2p.c, I8) of size bytes holds at the sender: its
+ * request, the copy behind it and what malloc and its registration take
+ * on top, counted against proto.buffered_max. */
+static inline long proto_buffered_cost(size_t size)
+{
+    return (long)(sizeof(struct mpiv_request) + size + 64);
+}
 
 /* The largest message sent eagerly to (or accepted eagerly from) peer:
  * what a packet holds, or more where the transport copies messages
@@ -337,6 +359,9 @@ void proto_on_peer_failed(int rank);
 
 int proto_p2p_init(void);
 void proto_p2p_fini(void);
+/* Frees the buffered sends (p2p.c, I8) still held; only once the server
+ * stopped (mpiv_finalize). */
+void proto_buffered_drop(void);
 
 static inline struct proto_hdr *proto_hdr_of(pkt_t *p) { return (struct proto_hdr *)p->data; }
 

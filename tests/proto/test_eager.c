@@ -31,11 +31,16 @@
  *    (RTS) sends while one rank's server is held, rings full both ways;
  *    run with a pool of 8 packets, 64 KiB rings and little eager credit
  *    (proto_eager_crossflood) it is the deadlock that Q1 in server.c
- *    rules out: every send and receive completes, in order.
+ *    rules out: every send and receive completes, in order;
+ *  - blocking sends past the eager credit before the receiver posts any
+ *    (case "burst"): they go as RTS from copies and return at once (I8),
+ *    until the copies reach their cap, past which a send waits for its
+ *    receive.
  * The same cases run over ofi (no direct path: the packet path and the
  * rendezvous above a packet) as a cross-check.
  */
 #include <check.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -620,6 +625,84 @@ START_TEST(copy_cap_waits_in_order)
 }
 END_TEST
 
+/* I8 (src/proto/p2p.c): blocking sends past the eager credit, before the
+ * receiver posts anything (it waits in a barrier). It also runs on its
+ * own (case "burst", proto_eager_burst_*, with less credit), where the
+ * credit is whole and nothing is owed; after the other cases some credit
+ * may still be owed, which only sends more of the burst as copies. The
+ * first credit_max / cost sends go eagerly, the rest as RTS from copies,
+ * and every one returns at once, so the sender reaches the barrier; the
+ * one buffer is refilled for every message, and each arrives as it was
+ * when sent. Then the cap: sends go on completing at once until their
+ * copies cost buffered_max, and the next one waits for its receive. Once
+ * all are received every copy is given back. */
+START_TEST(burst_past_credit_completes)
+{
+    trace("start burst_past_credit_completes");
+    size_t max = proto_eager_max(1 - me);
+    const size_t size = max < 8000 ? max : 8000;
+    /* past the credit by 10 messages whatever a message costs in it */
+    int n = (int)(proto.credit_max / (long)size) + 10, more = 0;
+    unsigned char *b = malloc(size);
+    ck_assert_ptr_nonnull(b);
+    mpiv_request_t last;
+    int last_done = -1;
+    long held_after_burst = 0;
+    struct proto_stats st0, st;
+    proto_get_stats(&st0);
+    if (me == 0) {
+        for (int i = 0; i < n; i++) {
+            fill(b, size, (unsigned)i);
+            OK(mpiv_send(b, size, 1, 9));
+        }
+        held_after_burst = atomic_load(&proto.buffered[1]);
+        /* fill the cap: each of these completes at once */
+        while (atomic_load(&proto.buffered[1]) + proto_buffered_cost(size) <= proto.buffered_max) {
+            mpiv_request_t r;
+            int done = 0;
+            fill(b, size, (unsigned)(n + more));
+            OK(mpiv_isend(b, size, 1, 9, &r));
+            OK(mpiv_test(&r, &done, NULL));
+            ck_assert_msg(done, "send %d of the cap's fill did not complete at once", more);
+            more++;
+        }
+        /* past the cap: a plain RTS, complete only once received */
+        unsigned char *own = malloc(size);
+        ck_assert_ptr_nonnull(own);
+        fill(own, size, (unsigned)(n + more));
+        OK(mpiv_isend(own, size, 1, 9, &last));
+        OK(mpiv_test(&last, &last_done, NULL));
+        OK(mpiv_bcast(&more, sizeof more, 0));
+        OK(mpiv_barrier());
+        OK(mpiv_wait(&last, NULL));
+        free(own);
+        /* every copy goes back once its receive took it */
+        while (atomic_load(&proto.buffered[1]) != 0) {
+            srv_progress();
+            sched_yield();
+        }
+    } else {
+        OK(mpiv_bcast(&more, sizeof more, 0));
+        OK(mpiv_barrier());
+        for (int i = 0; i < n + more + 1; i++) {
+            mpiv_status_t s;
+            memset(b, 0, size);
+            OK(mpiv_recv(b, size, 0, 9, &s));
+            ck_assert_uint_eq(s.size, size);
+            check_data(b, size, (unsigned)i);
+        }
+    }
+    proto_get_stats(&st);
+    OK(mpiv_barrier());
+    free(b);
+    if (me == 0) {
+        ck_assert_msg(st.eager_as_rts > st0.eager_as_rts, "the burst never ran out of credit");
+        ck_assert_msg(held_after_burst > 0, "no send of the burst was buffered");
+        ck_assert_msg(last_done == 0, "a send past the cap completed before its receive");
+    }
+}
+END_TEST
+
 /* Both ranks post FLOOD_N receives, then send each other FLOOD_N messages
  * of one key: three eager ones of FLOOD_EAGER bytes, then a synchronous
  * one (always an RTS), and so on, all non-blocking, from one thread; then
@@ -744,6 +827,10 @@ static Suite *eager_suite(void)
     tcase_set_timeout(flood, 300);
     tcase_add_test(flood, cross_flood_completes);
     suite_add_tcase(s, flood);
+    TCase *burst = tcase_create("burst");
+    tcase_set_timeout(burst, 300);
+    tcase_add_test(burst, burst_past_credit_completes);
+    suite_add_tcase(s, burst);
     return s;
 }
 
