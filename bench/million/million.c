@@ -314,7 +314,7 @@ static double phase(const char *name, uint32_t n)
             fail("join", rc);
     }
     double t = mpiv_wtime() - t0;
-    printf("rank %d  %-9s  N %8u  %9.3f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d  %s\n",
+    printf("rank %d  %-9s  N %8u  %11.6f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d  %s\n",
            rank, name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers(),
            use_pthreads && (many || recvfirst) ? "pthread" : "ult");
     fflush(stdout);

@@ -139,7 +139,7 @@ awk -F, -v dat="$dat.tmp" '
       pps = qmin == "" ? "–" : sprintf("%.2f–%.2f", qmin, qmax)
       rat = rlo == "" ? "–" : sprintf("%.1f–%.1f×", rlo, rhi)
       # a sort key first (threads, workers, order, N), cut off below
-      printf "%s %s %s %09d| %s | %s | %s | %d | %.3f–%.3f | %.2f–%.2f | %s | %s | %.0f–%.0f | %.0f–%.0f |\n", \
+      printf "%s %s %s %09d| %s | %s | %s | %d | %.4f–%.4f | %.2f–%.2f | %s | %s | %.0f–%.0f | %.0f–%.0f |\n", \
         f[1], f[2], f[4], f[3], f[1], f[2], f[4], f[3], tmin, tmax, pmin, pmax, pps, rat, \
         rmin[key SUBSEP 0], rmax[key SUBSEP 0], rmin[key SUBSEP 1], rmax[key SUBSEP 1]
       r0 = rmax[key SUBSEP 0]; r1 = rmax[key SUBSEP 1]
