@@ -37,7 +37,10 @@
  * its tag, checked by the receiver; any error makes the exit status 1.
  *
  * Usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]
- *   MODE: loop, posted, ults, recvfirst, pingpong (run in that order).
+ *   MODE: loop, posted, ults, recvfirst, pingpong (run in that order);
+ *   "warm" in the list runs each phase once untimed before its timed run
+ *   (the timed line then ends in "warm"): the first run of a pattern also
+ *   makes the stacks its blocked ULTs need, which a program pays once.
  *   N: a count with an optional K (x1024) or M (x1048576) suffix, e.g. 64K.
  *   Spawning N ULTs needs MPIV_MAX_ULTS >= N / MPIV_WORKERS.
  *   pthread: ults and recvfirst with N plain pthreads (64 KiB stacks) per
@@ -248,12 +251,17 @@ static int join_one(uint32_t i)
     return pthread_join(threads[i], NULL) ? MPIV_ERR_INTERNAL : MPIV_SUCCESS;
 }
 
+/* "warm": each phase runs once untimed first (run_phase) */
+static int warm;
+
 /* Returns this rank's seconds for the phase, or a negative value if a
- * spawn failed (then the job cannot finish the phase: the caller exits). */
-static double phase(const char *name, uint32_t n)
+ * spawn failed (then the job cannot finish the phase: the caller exits).
+ * quiet: prints nothing (a warm-up run). */
+static double phase_once(const char *name, uint32_t n, int quiet)
 {
     int many = strcmp(name, "ults") == 0, recvfirst = strcmp(name, "recvfirst") == 0;
     int pingpong = strcmp(name, "pingpong") == 0;
+    posted_now = 0;
     int rc = mpiv_barrier();
     if (rc) {
         fail("barrier", rc);
@@ -277,13 +285,16 @@ static double phase(const char *name, uint32_t n)
             }
         }
         if (recvfirst && rank == 1) {
-            struct timespec nap = {0, 1000000};
+            /* short naps: the phase's time includes this wait, and at 1K
+             * the receives take well under a millisecond */
+            struct timespec nap = {0, 20000};
             while (posted_now < n)
                 nanosleep(&nap, NULL);
             /* every receive posted: this rank's peak RSS holds N blocked
              * receivers now */
-            printf("rank 1  %u receives posted in %.3f s, RSS %.1f MiB\n", n, mpiv_wtime() - t0,
-                   peak_rss_kib() / 1024.0);
+            if (!quiet)
+                printf("rank 1  %u receives posted in %.3f s, RSS %.1f MiB\n", n,
+                       mpiv_wtime() - t0, peak_rss_kib() / 1024.0);
             if ((rc = mpiv_barrier())) {
                 fail("barrier", rc);
                 return -1;
@@ -314,13 +325,25 @@ static double phase(const char *name, uint32_t n)
             fail("join", rc);
     }
     double t = mpiv_wtime() - t0;
-    printf("rank %d  %-9s  N %8u  %11.6f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d  %s\n",
-           rank, name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers(),
-           use_pthreads && (many || recvfirst) ? "pthread" : "ult");
-    fflush(stdout);
+    if (!quiet) {
+        printf("rank %d  %-9s  N %8u  %11.6f s  %8.0f ns/msg  peak RSS %8.1f MiB  workers %d  %s%s\n",
+               rank, name, n, t, t * 1e9 / n, peak_rss_kib() / 1024.0, mpiv_num_workers(),
+               use_pthreads && (many || recvfirst) ? "pthread" : "ult", warm ? "  warm" : "");
+        fflush(stdout);
+    }
     if ((rc = mpiv_barrier()))
         fail("barrier", rc);
     return t;
+}
+
+/* A phase, after an untimed run of itself with "warm": the timed run then
+ * finds the stacks, table slots and pages the pattern needs already made,
+ * as every run after a program's first does. */
+static double phase(const char *name, uint32_t n)
+{
+    if (warm && phase_once(name, n, 1) < 0)
+        return -1;
+    return phase_once(name, n, 0);
 }
 
 /* "64K" -> 65536; 0 on anything that is not a count in 1..2^24. */
@@ -339,7 +362,7 @@ static uint32_t parse_count(const char *s)
     return (uint32_t)v;
 }
 
-static const char *const modes[] = {"loop", "posted", "ults", "recvfirst", "pingpong"};
+static const char *const modes[] = {"loop", "posted", "ults", "recvfirst", "pingpong", "warm"};
 
 /* Whether the comma-separated list `list` names mode m. */
 static int has_mode(const char *list, const char *m)
@@ -383,6 +406,8 @@ int main(int argc, char **argv)
     const char *mode = argc > 2 ? argv[2] : "all";
     const char *kind = argc > 3 ? argv[3] : "ult";
     int all = !strcmp(mode, "all");
+    warm = has_mode(mode, "warm");
+    all = all || !strcmp(mode, "warm"); /* "warm" alone: every phase, warmed */
     int ok_mode = all || mode_ok(mode);
     use_pthreads = !strcmp(kind, "pthread");
     int ok_kind = use_pthreads || !strcmp(kind, "ult");
@@ -390,7 +415,8 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr,
                     "usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]\n"
-                    "  MODE: loop, posted, ults, recvfirst, pingpong\n"
+                    "  MODE: loop, posted, ults, recvfirst, pingpong; warm: each phase runs\n"
+                    "  once untimed first\n"
                     "  N: 1..16M messages, K and M suffixes allowed (e.g. 64K, 1M)\n"
                     "  (got %d ranks, N '%s', mode '%s', kind '%s')\n",
                     mpiv_size(), argc > 1 ? argv[1] : "", mode, kind);

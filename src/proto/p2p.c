@@ -257,7 +257,9 @@ static void free_buffered(struct mpiv_request *r, void *arg)
  * every rank passed mpiv_finalize's barrier. */
 void proto_buffered_drop(void)
 {
-    proto_handle_take_if(is_buffered, NULL, free_buffered);
+    /* the scan visits every slot (a few ms): only when there is a copy */
+    if (atomic_load_explicit(&proto.buffered_copies, memory_order_relaxed) > 0)
+        proto_handle_take_if(is_buffered, NULL, free_buffered);
 }
 
 /* A buffered send is complete (its registration given back): its sender
