@@ -13,22 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fail_arrivals.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 
 enum { N = 100, SIZE = 1000 };
-
-/* Fails the arrival of a user message (the barrier's travel in the
- * collective context and pass). */
-static enum srv_fault_action fail_arrivals(const struct srv_fault_event *ev, void *arg)
-{
-    (void)arg;
-    struct proto_hdr h;
-    if (ev->point != SRV_FAULT_RECV || ev->len < sizeof h)
-        return SRV_FAULT_PASS;
-    memcpy(&h, ev->data, sizeof h);
-    return h.ctx == HT_CTX_USER ? SRV_FAULT_FAIL : SRV_FAULT_PASS;
-}
 
 static char buf[SIZE];
 
@@ -53,7 +42,7 @@ int main(void)
     mpiv_request_t r;
     if (mpiv_irecv(buf, sizeof buf, 1, 1, &r) != MPIV_SUCCESS)
         _exit(6);
-    srv_fault_set(fail_arrivals, NULL);
+    srv_fault_set(fail_user_arrivals, NULL);
     if (mpiv_barrier() != MPIV_SUCCESS)
         _exit(7);
     /* completes once rank 1 is declared failed, which first completes

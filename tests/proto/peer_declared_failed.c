@@ -10,23 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fail_arrivals.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 #include "sched/sched.h"
-
-/* Fails the arrival of a user message (not the barrier's, which travel in
- * the collective context). */
-static enum srv_fault_action fail_arrivals(const struct srv_fault_event *ev, void *arg)
-{
-    (void)arg;
-    struct proto_hdr h;
-    if (ev->point != SRV_FAULT_RECV || ev->len < sizeof h)
-        return SRV_FAULT_PASS;
-    memcpy(&h, ev->data, sizeof h);
-    if (h.ctx == HT_CTX_USER)
-        return SRV_FAULT_FAIL;
-    return SRV_FAULT_PASS;
-}
 
 static char buf[64] = "hello";
 static int rc = -1, rc2 = -1;
@@ -40,7 +27,7 @@ static void *rank1(void *arg)
     mpiv_request_t r;
     if (mpiv_irecv(buf, sizeof buf, 0, 1, &r) != MPIV_SUCCESS)
         return NULL;
-    srv_fault_set(fail_arrivals, NULL);
+    srv_fault_set(fail_user_arrivals, NULL);
     if (mpiv_barrier() != MPIV_SUCCESS)
         return NULL;
     rc = mpiv_wait(&r, NULL);
