@@ -725,3 +725,21 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
     return total;
 }
 
+
+/* Reads the stripe's array and size without its lock: a stale pair only
+ * prefetches a line that is no longer (or not yet) the key's, or one of
+ * a freed array, which a prefetch may touch (it never faults). Not
+ * instrumented by TSan for that reason. */
+__attribute__((no_sanitize("thread"))) void ht_prefetch(struct ht_table *t, ht_key k)
+{
+    uint64_t h = ht_hash(k);
+    struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
+    struct ht_bucket *b = s->b;
+    size_t mask = s->mask;
+    __builtin_prefetch(&b[ht_home(h, mask)]);
+}
+
+__attribute__((no_sanitize("thread"))) bool ht_grown(struct ht_table *t)
+{
+    return t->stripes[0].mask > t->stripes[0].min_mask;
+}

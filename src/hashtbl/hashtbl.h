@@ -123,6 +123,16 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
  * still matches a receive posted in between. */
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
 
+/* Asks the processor for the first bucket that k's lookup will read, so
+ * that a batch of lookups can overlap their misses. Only a hint: it takes
+ * no lock, and a table being resized meanwhile only wastes it. */
+void ht_prefetch(struct ht_table *t, ht_key k);
+/* Whether the table has grown past the size it started with (judged by
+ * one stripe, without its lock: the stripes grow together, keys being
+ * spread over them by hash): then lookups miss the cache, and prefetching
+ * pays. */
+bool ht_grown(struct ht_table *t);
+
 /* --- the gate and the ordered path (wildcards, probes) ---------------------
  *
  * The table knows nothing of wildcards; it offers their owner (proto's

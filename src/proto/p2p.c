@@ -1043,6 +1043,26 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
     return false;
 }
 
+/* Server: a batch of arrivals is about to be handled (srv_peek_handler):
+ * ask for the table's line each message will look up, when the table has
+ * grown past its first size (a backlog of early messages or posted
+ * receives: then every lookup misses). A small table is in the cache
+ * already, and the hash would only cost a stream of small messages.
+ * Nothing is checked yet: a bad header only prefetches some line of the
+ * table. */
+bool proto_peek_data(const unsigned char *data, size_t len, int src)
+{
+    if (!ht_grown(proto.ht))
+        return false;
+    struct proto_hdr h;
+    if (len < sizeof h)
+        return true;
+    memcpy(&h, data, sizeof h);
+    if (h.type == PROTO_EAGER || h.type == PROTO_RTS)
+        ht_prefetch(proto.ht, ht_make_key(h.ctx, (uint32_t)src, h.tag));
+    return true;
+}
+
 /* Server: an arrival lent in place by the transport (srv_data_handler). */
 bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare)
 {

@@ -354,6 +354,7 @@ void proto_match(struct mpiv_request *r, pkt_t *p, bool server);
 /* Handlers the server runs, registered by mpiv_init. */
 void proto_on_packet(pkt_t *p);
 bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare);
+bool proto_peek_data(const unsigned char *data, size_t len, int src);
 void proto_on_imm(uint32_t imm, int src, size_t len, int err);
 void proto_on_peer_failed(int rank);
 

@@ -91,6 +91,7 @@ static struct srv_state {
     bool self_read;
     srv_pkt_handler pkt_handler;
     srv_data_handler data_handler;
+    srv_peek_handler peek_handler;
     srv_imm_handler imm_handler;
     srv_peer_handler peer_handler;
     size_t max_write;
@@ -639,6 +640,7 @@ size_t srv_inline_max(int peer)
 }
 
 void srv_set_data_handler(srv_data_handler fn) { srv_g.data_handler = fn; }
+void srv_set_peek_handler(srv_peek_handler fn) { srv_g.peek_handler = fn; }
 
 void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed)
 {
@@ -867,6 +869,11 @@ static int progress_round(void)
         }
         if (util_unlikely(faults))
             fault_on_poll(net, ev, &n);
+        if (n > 1 && srv_g.peek_handler)
+            for (int i = 0; i < n; i++)
+                if (ev[i].kind == SRV_CQE_RECV && ev[i].data && !ev[i].err &&
+                    !srv_g.peek_handler(ev[i].data, ev[i].len, ev[i].src))
+                    break;
         for (int i = 0; i < n; i++)
             dispatch(net, &ev[i]);
         if (net->ops->release)

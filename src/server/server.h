@@ -64,6 +64,12 @@ void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler
  * a packet for the srv_pkt_handler (so a message above a packet's size,
  * which only srv_send_inline sends, is then dropped). */
 void srv_set_data_handler(srv_data_handler fn);
+/* Called with every arrival of a poll that returned more than one, before
+ * any of them is handled: lets the protocol prefetch what their handling
+ * will read, so that the batch's cache misses overlap. false: not worth
+ * it now, skip the rest of this batch. */
+typedef bool (*srv_peek_handler)(const unsigned char *data, size_t len, int src);
+void srv_set_peek_handler(srv_peek_handler fn);
 /* Posts the receive packets and starts the server thread. */
 int srv_start(void);
 /* A barrier over all ranks through the bootstrap (slow path: start, end). */
