@@ -144,6 +144,8 @@ uint64_t util_random_u64(void);
 #define UTIL_IDLE_SPIN_NS 20000
 #define UTIL_IDLE_YIELD_NS 200000
 #define UTIL_IDLE_NAP_MAX_NS 64000
+/* Many threads napping at once nap longer (util_idle_nap_ns), up to this */
+#define UTIL_IDLE_SHARED_NAP_MAX_NS 16000000
 enum util_idle_phase { UTIL_IDLE_SPIN, UTIL_IDLE_YIELD, UTIL_IDLE_LONG };
 struct util_idle {
     uint64_t start, nap;
@@ -153,5 +155,10 @@ struct util_idle {
 void util_idle_reset(struct util_idle *s);
 enum util_idle_phase util_idle_step(struct util_idle *s);
 void util_idle_nap(struct util_idle *s);
+/* How long a nap of `nap` ns lasts while `napping` threads (this one
+ * included) nap at once: unchanged up to UTIL_IDLE_SHARED_NAPPERS, then
+ * in proportion, up to UTIL_IDLE_SHARED_NAP_MAX_NS (see idle.c). */
+#define UTIL_IDLE_SHARED_NAPPERS 4
+uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping);
 
 #endif

@@ -201,6 +201,20 @@ END_TEST
 /* Under srun the ranks on this host come from SLURM_TASKS_PER_NODE, which
  * every step has (SLURM_NTASKS_PER_NODE only with --ntasks-per-node):
  * `srun -n 4` on one node is 4 local ranks, not 1. */
+/* A nap is unchanged while a few threads nap at once, then lengthens in
+ * proportion to how many do (their polls serve each other), up to a cap
+ * (idle.c). */
+START_TEST(naps_lengthen_when_many_nap)
+{
+    ck_assert_uint_eq(util_idle_nap_ns(64000, 1), 64000);
+    ck_assert_uint_eq(util_idle_nap_ns(64000, UTIL_IDLE_SHARED_NAPPERS), 64000);
+    ck_assert_uint_eq(util_idle_nap_ns(1000, 2 * UTIL_IDLE_SHARED_NAPPERS), 2000);
+    ck_assert_uint_eq(util_idle_nap_ns(64000, 64 * UTIL_IDLE_SHARED_NAPPERS), 64 * 64000);
+    ck_assert_uint_eq(util_idle_nap_ns(64000, 1024), UTIL_IDLE_SHARED_NAP_MAX_NS);
+    ck_assert_uint_eq(util_idle_nap_ns(64000, 1u << 31), UTIL_IDLE_SHARED_NAP_MAX_NS);
+}
+END_TEST
+
 START_TEST(slurm_tasks_per_node)
 {
     clean_env();
@@ -330,6 +344,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, surrounding_whitespace_is_ignored);
     tcase_add_test(tc, local_ranks_shrink_default_workers);
     tcase_add_test(tc, slurm_tasks_per_node);
+    tcase_add_test(tc, naps_lengthen_when_many_nap);
     tcase_add_test(tc, server_auto_needs_a_spare_core);
     tcase_add_test(tc, sizes_parse);
     tcase_add_test(tc, one_variable_parses_like_the_table);
