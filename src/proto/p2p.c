@@ -339,7 +339,7 @@ static void poll_while_waiting(struct mpiv_request *r, bool ult)
         if (util_idle_step(&idle) == UTIL_IDLE_LONG) {
             if (!forever)
                 return;
-            util_idle_nap(&idle);
+            util_idle_nap_shared(&idle); /* no server: its polls serve all */
         }
     }
 }
@@ -1875,8 +1875,14 @@ static void poll_pause(struct util_idle *idle)
         sched_yield_now();
         return;
     }
-    if (util_idle_step(idle) == UTIL_IDLE_LONG)
-        util_idle_nap(idle);
+    if (util_idle_step(idle) == UTIL_IDLE_LONG) {
+        /* with a server thread its completions come from the server: a
+         * nap of its own length */
+        if (srv_inline())
+            util_idle_nap_shared(idle);
+        else
+            util_idle_nap(idle);
+    }
 }
 
 /* The lowest index of a complete request, -1 if none, MPIV_UNDEFINED if

@@ -61,21 +61,26 @@ uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping)
 {
     if (napping <= UTIL_IDLE_SHARED_NAPPERS)
         return nap;
-    uint64_t ns = nap * (napping / UTIL_IDLE_SHARED_NAPPERS);
-    return ns < UTIL_IDLE_SHARED_NAP_MAX_NS ? ns : UTIL_IDLE_SHARED_NAP_MAX_NS;
+    uint64_t k = napping / UTIL_IDLE_SHARED_NAPPERS;
+    if (nap > UTIL_IDLE_SHARED_NAP_MAX_NS / k) /* saturate, never wrap */
+        return UTIL_IDLE_SHARED_NAP_MAX_NS;
+    return nap * k;
 }
 
-/* Every thread that naps here polls the same network when it wakes, and
- * one poll serves them all (it completes every request whose message it
- * takes, and wakes nobody: each sees its own at its next poll). So a
+/* Every thread that naps here polls the same network when it wakes, with
+ * no server thread to do it for them, and one poll serves them all (it
+ * completes every request whose message it takes, and wakes nobody: each
+ * sees its own at its next poll). So a
  * thousand pthreads waiting in receives without a server thread would,
  * at 64 us each, ask the kernel for 16 million wake-ups a second and keep
  * both cores busy switching (1,024 pthread receivers took 14 s, 94 % of
  * it in nanosleep). Past a few, naps lengthen with the number napping,
  * so that together they wake about as often as a few do. The cost is
  * that a waiter whose request another thread's poll completed notices it
- * only when its own nap ends. */
-void util_idle_nap(struct util_idle *s)
+ * only when its own nap ends. Only for such pollers: a thread whose
+ * request a server thread completes, or a worker whose ULTs others make
+ * ready, takes util_idle_nap, and is not counted. */
+void util_idle_nap_shared(struct util_idle *s)
 {
     s->nap = s->nap ? s->nap * 2 : 1000;
     if (s->nap > UTIL_IDLE_NAP_MAX_NS)
@@ -84,6 +89,14 @@ void util_idle_nap(struct util_idle *s)
     unsigned n = atomic_fetch_add_explicit(&util_napping, 1, memory_order_relaxed) + 1;
     util_sleep_ns(util_idle_nap_ns(s->nap, n));
     atomic_fetch_sub_explicit(&util_napping, 1, memory_order_relaxed);
+}
+
+void util_idle_nap(struct util_idle *s)
+{
+    s->nap = s->nap ? s->nap * 2 : 1000;
+    if (s->nap > UTIL_IDLE_NAP_MAX_NS)
+        s->nap = UTIL_IDLE_NAP_MAX_NS;
+    util_sleep_ns(s->nap);
 }
 
 void util_sleep_ns(uint64_t ns)

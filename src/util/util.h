@@ -155,9 +155,13 @@ struct util_idle {
 void util_idle_reset(struct util_idle *s);
 enum util_idle_phase util_idle_step(struct util_idle *s);
 void util_idle_nap(struct util_idle *s);
-/* How long a nap of `nap` ns lasts while `napping` threads (this one
- * included) nap at once: unchanged up to UTIL_IDLE_SHARED_NAPPERS, then
- * in proportion, up to UTIL_IDLE_SHARED_NAP_MAX_NS (see idle.c). */
+/* util_idle_nap for a thread that polls the network for everyone (no
+ * server thread): lengthened while many such threads nap at once (see
+ * idle.c) by util_idle_nap_ns: how long a nap of `nap` ns lasts while
+ * `napping` of them (this one included) nap: unchanged up to
+ * UTIL_IDLE_SHARED_NAPPERS, then in proportion, up to
+ * UTIL_IDLE_SHARED_NAP_MAX_NS. */
+void util_idle_nap_shared(struct util_idle *s);
 #define UTIL_IDLE_SHARED_NAPPERS 4
 uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping);
 

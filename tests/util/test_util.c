@@ -198,9 +198,6 @@ START_TEST(local_ranks_shrink_default_workers)
 }
 END_TEST
 
-/* Under srun the ranks on this host come from SLURM_TASKS_PER_NODE, which
- * every step has (SLURM_NTASKS_PER_NODE only with --ntasks-per-node):
- * `srun -n 4` on one node is 4 local ranks, not 1. */
 /* A nap is unchanged while a few threads nap at once, then lengthens in
  * proportion to how many do (their polls serve each other), up to a cap
  * (idle.c). */
@@ -212,8 +209,14 @@ START_TEST(naps_lengthen_when_many_nap)
     ck_assert_uint_eq(util_idle_nap_ns(64000, 64 * UTIL_IDLE_SHARED_NAPPERS), 64 * 64000);
     ck_assert_uint_eq(util_idle_nap_ns(64000, 1024), UTIL_IDLE_SHARED_NAP_MAX_NS);
     ck_assert_uint_eq(util_idle_nap_ns(64000, 1u << 31), UTIL_IDLE_SHARED_NAP_MAX_NS);
+    ck_assert_uint_eq(util_idle_nap_ns(UINT64_MAX / 2, 4 * UTIL_IDLE_SHARED_NAPPERS),
+                      UTIL_IDLE_SHARED_NAP_MAX_NS); /* saturates */
 }
 END_TEST
+
+/* Under srun the ranks on this host come from SLURM_TASKS_PER_NODE, which
+ * every step has (SLURM_NTASKS_PER_NODE only with --ntasks-per-node):
+ * `srun -n 4` on one node is 4 local ranks, not 1. */
 
 START_TEST(slurm_tasks_per_node)
 {
