@@ -168,6 +168,12 @@ static inline uint64_t ht_hash(ht_key k)
     return k;
 }
 
+/* The stripe that holds the keys of hash h. */
+static inline struct ht_stripe *ht_stripe_of(struct ht_table *t, uint64_t h)
+{
+    return &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
+}
+
 static inline size_t ht_home(uint64_t h, size_t mask) { return (size_t)h & mask; }
 
 static void *ht_line_alloc(void)
@@ -367,7 +373,7 @@ ht_lookup(struct ht_table *t, ht_key k, ht_value v, bool insert, bool gated, ht_
           void *arg)
 {
     uint64_t h = ht_hash(k);
-    struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
+    struct ht_stripe *s = ht_stripe_of(t, h);
     void *spare = NULL;       /* a line allocated outside the lock (I8)   */
     ht_value *spare_ring = NULL;
     uint32_t spare_cap = 0;
@@ -725,7 +731,6 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
     return total;
 }
 
-
 /* Reads the stripe's array and size without its lock: a stale pair only
  * prefetches a line that is no longer (or not yet) the key's, or one of
  * a freed array, which a prefetch may touch (it never faults). Not
@@ -733,7 +738,7 @@ size_t ht_remove_if(struct ht_table *t, int (*pred)(ht_key k, ht_value v, void *
 __attribute__((no_sanitize("thread"))) void ht_prefetch(struct ht_table *t, ht_key k)
 {
     uint64_t h = ht_hash(k);
-    struct ht_stripe *s = &t->stripes[(h >> HT_STRIPE_SHIFT) & t->smask];
+    struct ht_stripe *s = ht_stripe_of(t, h);
     struct ht_bucket *b = s->b;
     size_t mask = s->mask;
     __builtin_prefetch(&b[ht_home(h, mask)]);

@@ -257,7 +257,7 @@ static void free_buffered(struct mpiv_request *r, void *arg)
  * every rank passed mpiv_finalize's barrier. */
 void proto_buffered_drop(void)
 {
-    /* the scan visits every slot (a few ms): only when there is a copy */
+    /* the scan visits every handle slot: only when there is a copy */
     if (atomic_load_explicit(&proto.buffered_copies, memory_order_relaxed) > 0)
         proto_handle_take_if(is_buffered, NULL, free_buffered);
 }
@@ -1407,11 +1407,11 @@ int proto_p2p_init(void)
         proto_p2p_fini();
         return util_err(MPIV_ERR_NO_RESOURCES, "out of memory for %zu ranks' credit", n);
     }
+    atomic_store_explicit(&proto.buffered_copies, 0, memory_order_relaxed);
     for (size_t i = 0; i < n; i++) {
         atomic_init(&proto.credit[i], proto.credit_max);
         atomic_init(&proto.owed[i], 0);
         atomic_init(&proto.buffered[i], 0);
-    atomic_store_explicit(&proto.buffered_copies, 0, memory_order_relaxed);
         proto.inline_max[i] = (int)i == proto.rank ? 0 : srv_inline_max((int)i);
     }
     return MPIV_SUCCESS;

@@ -54,8 +54,17 @@ enum util_idle_phase util_idle_step(struct util_idle *s)
     return (enum util_idle_phase)s->phase;
 }
 
-/* Threads of this process in util_idle_nap's sleep now. */
+/* Threads of this process in util_idle_nap_shared's sleep now. */
 static atomic_uint util_napping;
+
+/* The next nap of a quiet spell: doubling from 1 us, up to the maximum. */
+static uint64_t nap_next(struct util_idle *s)
+{
+    s->nap = s->nap ? s->nap * 2 : 1000;
+    if (s->nap > UTIL_IDLE_NAP_MAX_NS)
+        s->nap = UTIL_IDLE_NAP_MAX_NS;
+    return s->nap;
+}
 
 uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping)
 {
@@ -70,11 +79,11 @@ uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping)
 /* Every thread that naps here polls the same network when it wakes, with
  * no server thread to do it for them, and one poll serves them all (it
  * completes every request whose message it takes, and wakes nobody: each
- * sees its own at its next poll). So a
- * thousand pthreads waiting in receives without a server thread would,
- * at 64 us each, ask the kernel for 16 million wake-ups a second and keep
- * both cores busy switching (1,024 pthread receivers took 14 s, 94 % of
- * it in nanosleep). Past a few, naps lengthen with the number napping,
+ * sees its own at its next poll). So a thousand pthreads waiting in
+ * receives without a server thread would, at 64 us each, ask the kernel
+ * for 16 million wake-ups a second and keep the cores busy switching
+ * (docs/perf/sched.md has what that cost). Past a few, naps lengthen with
+ * the number napping,
  * so that together they wake about as often as a few do. The cost is
  * that a waiter whose request another thread's poll completed notices it
  * only when its own nap ends. Only for such pollers: a thread whose
@@ -82,22 +91,14 @@ uint64_t util_idle_nap_ns(uint64_t nap, unsigned napping)
  * ready, takes util_idle_nap, and is not counted. */
 void util_idle_nap_shared(struct util_idle *s)
 {
-    s->nap = s->nap ? s->nap * 2 : 1000;
-    if (s->nap > UTIL_IDLE_NAP_MAX_NS)
-        s->nap = UTIL_IDLE_NAP_MAX_NS;
+    uint64_t nap = nap_next(s);
     /* relaxed: a count that only sizes naps */
     unsigned n = atomic_fetch_add_explicit(&util_napping, 1, memory_order_relaxed) + 1;
-    util_sleep_ns(util_idle_nap_ns(s->nap, n));
+    util_sleep_ns(util_idle_nap_ns(nap, n));
     atomic_fetch_sub_explicit(&util_napping, 1, memory_order_relaxed);
 }
 
-void util_idle_nap(struct util_idle *s)
-{
-    s->nap = s->nap ? s->nap * 2 : 1000;
-    if (s->nap > UTIL_IDLE_NAP_MAX_NS)
-        s->nap = UTIL_IDLE_NAP_MAX_NS;
-    util_sleep_ns(s->nap);
-}
+void util_idle_nap(struct util_idle *s) { util_sleep_ns(nap_next(s)); }
 
 void util_sleep_ns(uint64_t ns)
 {
