@@ -285,8 +285,8 @@ static double phase_once(const char *name, uint32_t n, int quiet)
             }
         }
         if (recvfirst && rank == 1) {
-            /* short naps: the phase's time includes this wait, and at 1K
-             * the receives take well under a millisecond */
+            /* short naps: the phase's time includes this wait, which at
+             * small N is shorter than a long nap */
             struct timespec nap = {0, 20000};
             while (posted_now < n)
                 nanosleep(&nap, NULL);
