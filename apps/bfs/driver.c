@@ -10,6 +10,7 @@
 
 #include "bfs.h"
 #include "driver.h"
+#include "layout.h"
 #include "par.h"
 
 int bfs_common_opt(struct opts *o, struct bfs_config *c)
@@ -24,6 +25,8 @@ int bfs_common_opt(struct opts *o, struct bfs_config *c)
         c->seed = (uint64_t)opts_i64(o, "--seed", 0, INT64_MAX);
     else if (opts_match(o, "--corrupt", 0))
         c->corrupt = 1;
+    else if (opts_match(o, "--phases", 0))
+        c->phases = 1;
     else
         return 0;
     return 1;
@@ -77,6 +80,39 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* --phases: every rank's time in the shared bottom-up kernel (layout.c)
+ * over the searches' time. On one core per rank no version that uses this
+ * kernel can search faster than its slowest rank runs the kernel, so
+ * searched / that time bounds the speed-up any such version can have over
+ * this run. (With several threads per rank the kernel time is CPU time,
+ * summed over them, and the bound is for one core per rank.) Collective. */
+static void report_phases(double kernel, double searched)
+{
+    int me = par_rank(), P = par_size();
+    double mine[2] = {kernel, searched};
+    double *all = malloc((size_t)P * sizeof mine);
+    if (!all)
+        par_die("bfs: out of memory");
+    par_allgather(mine, all, sizeof mine);
+    if (me == 0) {
+        double slowest = 0;
+        for (int r = 0; r < P; r++) {
+            printf("phases: rank %d: bottom-up kernel %.4f s of %.4f s searching (%.1f%%)\n", r, all[2 * r],
+                   all[2 * r + 1], 100.0 * all[2 * r] / all[2 * r + 1]);
+            if (all[2 * r] > slowest)
+                slowest = all[2 * r];
+        }
+        if (slowest > 0)
+            printf("phases: the slowest rank's kernel time bounds a version that uses this kernel, one core "
+                   "per rank, at %.2fx this run's search time\n",
+                   searched / slowest);
+        else
+            printf("phases: the shared bottom-up kernel did not run (no bottom-up level, or --layout ids)\n");
+        fflush(stdout);
+    }
+    free(all);
+}
+
 int bfs_drive(const struct bfs_config *c, const struct bfs_kernel *k, const char *threads)
 {
     int me = par_rank(), P = par_size();
@@ -104,9 +140,13 @@ int bfs_drive(const struct bfs_config *c, const struct bfs_kernel *k, const char
         printf("only %d vertices with edges found for roots\n", nroots);
 
     int failed = 0;
-    double inv_sum = 0;
+    double inv_sum = 0, searched = 0, kernel = 0;
+    bfs_layout_timing = c->phases;
     for (int r = 0; r < nroots; r++) {
+        bfs_layout_ns = 0; /* no search runs: the last one has returned */
         times[r] = k->run(state, roots[r], parent);
+        searched += times[r];
+        kernel += (double)__atomic_load_n(&bfs_layout_ns, __ATOMIC_RELAXED) * 1e-9;
         if (c->corrupt && r == 0)
             corrupt_tree(&g, parent, roots[r]);
         int64_t edges = 0;
@@ -128,6 +168,8 @@ int bfs_drive(const struct bfs_config *c, const struct bfs_kernel *k, const char
         printf("TEPS: min %.4g  median %.4g  max %.4g\n", teps[0], teps[nroots / 2], teps[nroots - 1]);
         printf("harmonic_mean_TEPS: %.6g\n", nroots / inv_sum);
     }
+    if (c->phases && !failed && nroots > 0)
+        report_phases(kernel, searched);
     if (me == 0) {
         printf("result: %s\n", failed || nroots == 0 ? "FAILED" : "PASSED");
         fflush(stdout);

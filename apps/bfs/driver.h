@@ -18,9 +18,10 @@
 struct bfs_config {
     int scale, edgefactor, roots, corrupt;
     uint64_t seed;
+    int phases; /* --phases */
 };
 
-#define BFS_CONFIG_DEFAULT {16, 16, 64, 0, 1}
+#define BFS_CONFIG_DEFAULT {16, 16, 64, 0, 1, 0}
 
 #define BFS_COMMON_USAGE                                                              \
     "  --scale S        2^S vertices (default 16, 1..26)\n"                           \
@@ -29,6 +30,9 @@ struct bfs_config {
     "  --seed X         graph and root seed (default 1)\n"                            \
     "  --corrupt        damage the first BFS tree before validating it (tests the\n" \
     "                   validator: the run must then fail)\n"                         \
+    "  --phases         also report each rank's time in the bottom-up kernel that\n"  \
+    "                   every version shares (layout.c), and the speed-up over\n"    \
+    "                   this run that the slowest rank's kernel time leaves\n"        \
     "  --help           this text\n"
 
 /* 1 if argv[o->i] is one of the options of BFS_COMMON_USAGE but --help

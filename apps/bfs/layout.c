@@ -3,6 +3,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "direction.h"
 #include "layout.h"
@@ -100,9 +101,20 @@ static inline void prefetch_word(const struct bfs_layout *l, const uint64_t *vis
         __builtin_prefetch(&l->adj[off[wi * 64 + __builtin_ctzll(todo)]]);
 }
 
+int bfs_layout_timing;
+int64_t bfs_layout_ns;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t bfs_layout_bottom_up(const struct bfs_layout *l, const uint64_t *all, uint64_t *visited, uint64_t *next,
                              int64_t *parent, int64_t wlo, int64_t whi, int64_t *edges)
 {
+    int64_t t0 = bfs_layout_timing ? now_ns() : 0;
     const int64_t *off = l->g->off;
     const uint32_t *adj = l->adj;
     int64_t found_n = 0, e = 0;
@@ -130,5 +142,7 @@ int64_t bfs_layout_bottom_up(const struct bfs_layout *l, const uint64_t *all, ui
         next[wi] = found;
     }
     *edges += e;
+    if (bfs_layout_timing)
+        __atomic_fetch_add(&bfs_layout_ns, now_ns() - t0, __ATOMIC_RELAXED);
     return found_n;
 }

@@ -58,4 +58,11 @@ static inline int64_t layout_global(const struct bfs_layout *l, uint32_t pos)
 int64_t bfs_layout_bottom_up(const struct bfs_layout *l, const uint64_t *all, uint64_t *visited, uint64_t *next,
                              int64_t *parent, int64_t wlo, int64_t whi, int64_t *edges);
 
+/* --phases (driver.c): while bfs_layout_timing is set, every call of
+ * bfs_layout_bottom_up adds the nanoseconds it took to bfs_layout_ns
+ * (atomically: calls on several threads at once add up their CPU time).
+ * Off, a call reads no clock. */
+extern int bfs_layout_timing;
+extern int64_t bfs_layout_ns;
+
 #endif /* BFS_LAYOUT_H */

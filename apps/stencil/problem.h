@@ -18,10 +18,10 @@
 
 /* The common options (a version adds its own). */
 struct stencil_config {
-    int nx, ny, iters, corrupt;
+    int nx, ny, iters, corrupt, reference;
 };
 
-#define STENCIL_CONFIG_DEFAULT {2048, 2048, 100, 0}
+#define STENCIL_CONFIG_DEFAULT {2048, 2048, 100, 0, 0}
 
 #define STENCIL_COMMON_USAGE                                                           \
     "  --n N              grid of N x N cells (default 2048)\n"                       \
@@ -29,6 +29,9 @@ struct stencil_config {
     "  --iters I          iterations (default 100)\n"                                 \
     "  --corrupt          change one cell after the run (tests the check: the run\n" \
     "                     must then fail)\n"                                          \
+    "  --reference        after the run, every rank sweeps its share of the rows\n"  \
+    "                     as often again, all at once, without communicating,\n"    \
+    "                     and rank 0 reports that rate beside the run's\n"           \
     "  --help             this text\n"
 
 /* 1 if argv[o->i] is one of STENCIL_COMMON_USAGE's options but --help

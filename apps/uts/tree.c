@@ -118,6 +118,8 @@ int uts_tree_opt(struct opts *o, struct uts_config *c)
         c->custom = 1, t->root_id = (int)opts_i64(o, "-r", 0, INT32_MAX);
     else if (opts_match(o, "--expect", 1))
         parse_expect(o, c);
+    else if (opts_match(o, "--bound", 0))
+        c->bound = 1;
     else if (opts_match(o, "--sha1", 1)) {
         if (sha1_use(o->val) != 0)
             opts_fail(o, "--sha1 %s: expected auto, portable or shani%s", o->val,
@@ -191,6 +193,22 @@ void uts_print_tree(const struct uts_config *c, const char *impl)
         printf("geometric, shape %d, depth %d, b0 %g, seed %d\n", tr->shape, tr->gen_mx, tr->b0, tr->root_id);
 }
 
+/* --bound: every node costs its expansion (a SHA-1 per child) whatever
+ * balances the work; searched serially, with no runtime at all, that is
+ * all a node costs. P ranks, one per core, each searching at that speed
+ * with nothing else to do (no polling, no steals, no idle time) is a rate
+ * no parallel search of this tree can pass on such cores. */
+static void print_bound(const struct uts_config *c, double rate)
+{
+    double t0 = par_wtime();
+    struct counts n = uts_serial_count(&c->t);
+    double t = par_wtime() - t0, serial = t > 0 ? (double)n.nodes / t : 0.0;
+    int P = par_size();
+    printf("bound: serial search %.4g nodes/s on one core (%.1f ns a node); %d ranks at that speed: %.4g "
+           "nodes/s; this run %.3g%% of it\n",
+           serial, serial > 0 ? 1e9 / serial : 0.0, P, serial * P, serial > 0 ? 100.0 * rate / (serial * P) : 0.0);
+}
+
 int uts_check_print(const struct uts_config *c, const struct counts *sum, double t)
 {
     printf("nodes %lld, leaves %lld, depth %lld\n", (long long)sum->nodes, (long long)sum->leaves,
@@ -215,6 +233,8 @@ int uts_check_print(const struct uts_config *c, const struct counts *sum, double
     printf("%s count: nodes %lld, leaves %lld%s, depth %lld%s: %s\n", what, (long long)want.nodes,
            (long long)want.leaves, c->nexpect == 1 ? " (not checked)" : "", (long long)want.depth,
            c->nexpect == 1 || c->nexpect == 2 ? " (not checked)" : "", ok ? "match" : "MISMATCH");
+    if (c->bound && ok)
+        print_bound(c, (double)sum->nodes / t);
     printf("result: %s\n", ok ? "PASSED" : "FAILED");
     fflush(stdout);
     return ok;

@@ -125,6 +125,7 @@ struct uts_config {
     const struct sample *sample; /* NULL: a custom tree */
     int64_t expect[3];           /* --expect: nodes, leaves, depth to check instead */
     int nexpect;                 /* how many of them were given, 0 if no --expect */
+    int bound;                   /* --bound */
     /* while parsing */
     const char *name;
     struct tree custom_t;
@@ -149,7 +150,10 @@ struct uts_config {
     "                   out are not checked (e.g. a published large tree, T1L\n"       \
     "                   -t 1 -a 3 -d 13 -b 4 -r 29: 102181082,81746377,13)\n"         \
     "  --sha1 IMPL      auto (default: shani if the processor has it), portable\n"     \
-    "                   or shani\n"
+    "                   or shani\n"                                                     \
+    "  --bound          after the run, time the same tree searched serially on\n"     \
+    "                   rank 0's core, and report the rate P ranks would have if\n"   \
+    "                   each searched at that speed with nothing else to do\n"
 
 void uts_config_start(struct uts_config *c);
 /* 1 if argv[o->i] is one of the options of UTS_TREE_USAGE (parsed into c; a
