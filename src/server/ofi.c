@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include <netinet/in.h>
+#include <pthread.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -115,9 +116,35 @@ struct srv_backend {
     int fail_notes;                   /* test hook: announcements to fail */
 };
 
+/*
+ * libfabric is loaded when this backend first starts (ofi_load), not with
+ * libmpiv. Loading it runs its dependencies' constructors, and the psm
+ * provider's libinfinipath spends about 0.2 s in one (some 900 usleep
+ * calls, calibrating its clock) in every process that links libfabric,
+ * before main. A job on one host (shm, the default there) never loads it.
+ * These five are all of libfabric's own functions that we call (the rest
+ * of its API is inline, through each object's ops table); each is bound
+ * at the symbol version a plain link against the same libfabric picks
+ * (cmake/FabricSymbols.cmake), so the library's structs are the headers'.
+ * Loaded once, under fab_lock, and never unloaded.
+ */
+#define OFI_STR_(x) #x
+#define OFI_STR(x) OFI_STR_(x)
+#define OFI_LIBRARY "libfabric.so." OFI_STR(FI_MAJOR_VERSION)
+static struct {
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
+                   struct fi_info **);
+    void (*freeinfo)(struct fi_info *);
+    struct fi_info *(*dupinfo)(const struct fi_info *);
+    int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+    const char *(*strerror)(int);
+} fab;
+static pthread_mutex_t fab_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool fab_loaded;
+
 static int ofi_fail(const char *what, int fi_rc)
 {
-    return util_err(MPIV_ERR_NET, "libfabric %s: %s (%d)", what, fi_strerror(-fi_rc), fi_rc);
+    return util_err(MPIV_ERR_NET, "libfabric %s: %s (%d)", what, fab.strerror(-fi_rc), fi_rc);
 }
 
 /* --- contexts ------------------------------------------------------------ */
@@ -165,10 +192,11 @@ static bool psm_owns(void *fn)
  * that crashes or is terminated is reported as "exited with status 1" and
  * leaves no core. Unless the user set IPATH_NO_BACKTRACE (which makes the
  * library install none), every handler that lives in those libraries goes
- * back to the default action: here when libmpiv loads (the ELF loader has
- * run its dependencies' constructors by then), and again after fi_getinfo,
- * which may dlopen more providers. IPATH_NO_BACKTRACE=1 is exported so that
- * a copy loaded later, or in a child, installs nothing.
+ * back to the default action: when libmpiv loads (a program may link
+ * libfabric itself), around ofi_load's dlopen, and again after
+ * fi_getinfo, which may dlopen more providers. IPATH_NO_BACKTRACE=1 is
+ * exported first, so that a copy loaded later, or in a child, installs
+ * nothing.
  */
 static void ofi_drop_psm_handlers(void)
 {
@@ -195,6 +223,56 @@ static void ofi_drop_psm_handlers(void)
 }
 
 __attribute__((constructor)) static void ofi_at_load(void) { ofi_drop_psm_handlers(); }
+
+/* Stores the address of `name` at `version` into the function pointer at
+ * fp (memcpy: ISO C has no cast from an object pointer to a function
+ * pointer). */
+static bool fab_bind(void *lib, const char *name, const char *version, void *fp)
+{
+    void *sym = dlvsym(lib, name, version);
+    if (sym)
+        memcpy(fp, &sym, sizeof sym);
+    return sym != NULL;
+}
+
+/* libfabric, and MPIV_SUCCESS; or MPIV_ERR_NET saying what is missing.
+ * The library's name is OFI_LIBRARY unless the test hook
+ * MPIV_TEST_OFI_LIBRARY names another (tests/server: a library that is
+ * not there, or one without libfabric's symbols). */
+static int ofi_load(void)
+{
+    pthread_mutex_lock(&fab_lock);
+    int rc = MPIV_SUCCESS;
+    if (!fab_loaded) {
+        const char *name = getenv("MPIV_TEST_OFI_LIBRARY");
+        if (!name || !*name)
+            name = OFI_LIBRARY;
+        ofi_drop_psm_handlers(); /* exports IPATH_NO_BACKTRACE first */
+        void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            rc = util_err(MPIV_ERR_NET,
+                          "ofi: cannot load %s (%s); the ofi backend needs libfabric "
+                          "(Debian: libfabric1), or choose another with MPIV_NET",
+                          name, dlerror());
+        } else if (!fab_bind(lib, "fi_getinfo", MPIV_FI_GETINFO_VERSION, &fab.getinfo) ||
+                   !fab_bind(lib, "fi_freeinfo", MPIV_FI_FREEINFO_VERSION, &fab.freeinfo) ||
+                   !fab_bind(lib, "fi_dupinfo", MPIV_FI_DUPINFO_VERSION, &fab.dupinfo) ||
+                   !fab_bind(lib, "fi_fabric", MPIV_FI_FABRIC_VERSION, &fab.fabric) ||
+                   !fab_bind(lib, "fi_strerror", MPIV_FI_STRERROR_VERSION, &fab.strerror)) {
+            rc = util_err(MPIV_ERR_NET,
+                          "ofi: %s lacks a libfabric function at the version libmpiv was "
+                          "built for (fi_getinfo@%s ...): %s",
+                          name, MPIV_FI_GETINFO_VERSION, dlerror());
+            memset(&fab, 0, sizeof fab);
+            dlclose(lib);
+        } else {
+            fab_loaded = true;
+        }
+        ofi_drop_psm_handlers();
+    }
+    pthread_mutex_unlock(&fab_lock);
+    return rc;
+}
 
 /* --- init ------------------------------------------------------------------ */
 
@@ -256,10 +334,10 @@ static int ofi_skip_loopback(struct fi_info **info)
                         (*info)->fabric_attr->prov_name, (*info)->domain_attr->name);
     if (fi == *info)
         return MPIV_SUCCESS;
-    struct fi_info *keep = fi_dupinfo(fi);
+    struct fi_info *keep = fab.dupinfo(fi);
     if (!keep)
         return util_err(MPIV_ERR_NO_RESOURCES, "ofi: fi_dupinfo failed");
-    fi_freeinfo(*info);
+    fab.freeinfo(*info);
     *info = keep;
     return MPIV_SUCCESS;
 }
@@ -295,7 +373,12 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
         return rc;
     }
 
-    struct fi_info *hints = fi_allocinfo();
+    rc = ofi_load();
+    if (rc) {
+        free(be);
+        return rc;
+    }
+    struct fi_info *hints = fab.dupinfo(NULL); /* fi_allocinfo */
     if (!hints) {
         free(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "ofi: fi_allocinfo failed");
@@ -312,20 +395,20 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
     hints->rx_attr->msg_order = FI_ORDER_SAS;
     hints->fabric_attr->prov_name = strdup(be->prov);
 
-    rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
+    rc = fab.getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
     if (rc == -FI_ENODATA) {
         /* FI_SOURCE is a secondary capability: retry without it */
         hints->caps &= ~FI_SOURCE;
-        rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
+        rc = fab.getinfo(OFI_VERSION, NULL, NULL, 0, hints, &be->info);
     }
-    fi_freeinfo(hints);
+    fab.freeinfo(hints);
     ofi_drop_psm_handlers();
     if (rc) {
         rc = util_err(MPIV_ERR_NET,
                       "libfabric provider '%s' offers no reliable-datagram endpoint with "
                       "messages, RMA and remote CQ data (fi_getinfo: %s); set "
                       "MPIV_OFI_PROVIDER (e.g. shm, tcp;ofi_rxm)",
-                      be->prov, fi_strerror(-rc));
+                      be->prov, fab.strerror(-rc));
         free(be);
         return rc;
     }
@@ -362,7 +445,7 @@ static int ofi_init(const struct util_config *cfg, int rank, int size, struct sr
                   fi->fabric_attr->prov_name, fi->fabric_attr->name, fi->domain_attr->name,
                   be->mr_mode, be->inject_size, (uint64_t)fi->mode);
 
-    if ((rc = fi_fabric(fi->fabric_attr, &be->fabric, NULL))) {
+    if ((rc = fab.fabric(fi->fabric_attr, &be->fabric, NULL))) {
         rc = ofi_fail("fi_fabric", rc);
         goto fail;
     }
@@ -445,7 +528,7 @@ static int ofi_reg(struct srv_backend *be, void *buf, size_t len, uint64_t acces
     int rc = fi_mr_reg(be->domain, buf, len, access, 0, key, 0, mrp, NULL);
     if (rc)
         return util_err(MPIV_ERR_NET, "libfabric fi_mr_reg(%p, %zu bytes): %s", buf, len,
-                        fi_strerror(-rc));
+                        fab.strerror(-rc));
     if (be->mr_mode & FI_MR_ENDPOINT) {
         if ((rc = fi_mr_bind(*mrp, &be->ep->fid, 0)) || (rc = fi_mr_enable(*mrp))) {
             fi_close(&(*mrp)->fid);
@@ -497,7 +580,7 @@ static void ofi_mr_dereg(struct srv_backend *be, void *handle)
     (void)be;
     int rc = fi_close(&((struct fid_mr *)handle)->fid);
     if (rc)
-        util_log_warn("ofi: fi_close(mr): %s", fi_strerror(-rc));
+        util_log_warn("ofi: fi_close(mr): %s", fab.strerror(-rc));
 }
 
 static bool ofi_mr_pins(struct srv_backend *be)
@@ -655,7 +738,7 @@ static int ofi_post_send(struct srv_backend *be, pkt_t *p, int peer)
     if (rc == -FI_EAGAIN)
         return SRV_AGAIN;
     return util_err(MPIV_ERR_NET, "libfabric send of %u bytes to rank %d: %s", p->len, peer,
-                    fi_strerror((int)-rc));
+                    fab.strerror((int)-rc));
 }
 
 static int ofi_post_recv(struct srv_backend *be, pkt_t *p)
@@ -666,7 +749,7 @@ static int ofi_post_recv(struct srv_backend *be, pkt_t *p)
         return MPIV_SUCCESS;
     if (rc == -FI_EAGAIN)
         return SRV_AGAIN;
-    return util_err(MPIV_ERR_NET, "libfabric fi_recv: %s", fi_strerror((int)-rc));
+    return util_err(MPIV_ERR_NET, "libfabric fi_recv: %s", fab.strerror((int)-rc));
 }
 
 static size_t ofi_max_write(struct srv_backend *be) { return be->max_write; }
@@ -692,7 +775,7 @@ static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
         if (rc == -FI_EAGAIN)
             return SRV_AGAIN;
         return util_err(MPIV_ERR_NET, "libfabric fi_writemsg of %zu bytes to rank %d: %s",
-                        op->len, op->peer, fi_strerror((int)-rc));
+                        op->len, op->peer, fab.strerror((int)-rc));
     }
     uint64_t data = ((uint64_t)(uint32_t)be->rank << 32) | op->imm;
     ssize_t rc = fi_writedata(be->ep, op->buf, op->len, op->desc, data, (fi_addr_t)op->peer,
@@ -702,7 +785,7 @@ static int ofi_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
     if (rc == -FI_EAGAIN)
         return SRV_AGAIN;
     return util_err(MPIV_ERR_NET, "libfabric fi_writedata of %zu bytes to rank %d: %s", op->len,
-                    op->peer, fi_strerror((int)-rc));
+                    op->peer, fab.strerror((int)-rc));
 }
 
 static int ofi_read_error(struct srv_backend *be, struct srv_cqe *ev)
@@ -725,24 +808,24 @@ static int ofi_read_error(struct srv_backend *be, struct srv_cqe *ev)
         ev->p = p;
         ev->src = -1;
         if (e.err != FI_ECANCELED)
-            util_log_error("ofi: receive failed: %s (%s)", fi_strerror(e.err), prov);
+            util_log_error("ofi: receive failed: %s (%s)", fab.strerror(e.err), prov);
     } else if (p) {
         ev->kind = SRV_CQE_SEND;
         ev->p = p;
         ev->src = p->peer;
-        util_log_error("ofi: send to rank %d failed: %s (%s)", p->peer, fi_strerror(e.err), prov);
+        util_log_error("ofi: send to rank %d failed: %s (%s)", p->peer, fab.strerror(e.err), prov);
     } else if (e.op_context) {
         struct srv_rdma_op *op = e.op_context;
         ev->kind = SRV_CQE_WRITE;
         ev->op = op;
         ev->src = op->peer;
         util_log_error("ofi: RDMA write of %zu bytes to rank %d failed: %s (%s)", op->len,
-                       op->peer, fi_strerror(e.err), prov);
+                       op->peer, fab.strerror(e.err), prov);
     } else {
         /* An incoming RDMA write that failed here: the writer's own
          * completion fails too and its protocol tells ours; the error entry
          * names no source we could trust, so nothing goes to the core. */
-        util_log_error("ofi: remote operation failed: %s (%s)", fi_strerror(e.err), prov);
+        util_log_error("ofi: remote operation failed: %s (%s)", fab.strerror(e.err), prov);
         return 0;
     }
     return 1;
@@ -763,7 +846,7 @@ static int ofi_notify(struct srv_backend *be, struct srv_rdma_op *op)
         return SRV_AGAIN;
     if (rc) {
         util_log_error("ofi: announcing a write of %zu bytes to rank %d: %s", op->len, op->peer,
-                       fi_strerror((int)-rc));
+                       fab.strerror((int)-rc));
         return MPIV_ERR_NET;
     }
     return MPIV_SUCCESS;
@@ -934,7 +1017,7 @@ static void ofi_finalize(struct srv_backend *be)
         fi_close(&be->domain->fid);
     if (be->fabric)
         fi_close(&be->fabric->fid);
-    fi_freeinfo(be->info);
+    fab.freeinfo(be->info);
     free(be->ctx2_table);
     free(be);
 }

@@ -6,6 +6,7 @@
  * collectives.
  */
 #include <check.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -325,6 +326,30 @@ START_TEST(progress_as_configured)
         ck_assert_msg(srv_inline(), "MPIV_SERVER=inline, yet a server thread runs");
     else if (m && strcmp(m, "thread") == 0)
         ck_assert_msg(!srv_inline(), "MPIV_SERVER=thread, yet no server thread runs");
+}
+END_TEST
+
+static int note_fabric(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libfabric"))
+        *(bool *)arg = true;
+    return 0;
+}
+
+/* libfabric is loaded only by the ofi backend (src/server/ofi.c, ofi_load):
+ * a job whose ranks share one host runs on shm unless MPIV_NET says
+ * otherwise, and never pays libfabric's dependencies' constructors. */
+START_TEST(libfabric_only_for_ofi)
+{
+    bool loaded = false;
+    dl_iterate_phdr(note_fabric, &loaded);
+    const char *net = getenv("MPIV_NET");
+    if (net && strcmp(net, "ofi") == 0)
+        ck_assert_msg(loaded, "MPIV_NET=ofi, yet libfabric is not loaded");
+    else if ((net && strcmp(net, "shm") == 0) || (!net && mpiv_size() > 1))
+        ck_assert_msg(!loaded, "the job runs on shm (MPIV_NET=%s), yet libfabric is loaded",
+                      net ? net : "unset");
 }
 END_TEST
 
@@ -688,6 +713,7 @@ static Suite *p2p_suite(void)
     TCase *tc = tcase_create("p2p");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, progress_as_configured);
+    tcase_add_test(tc, libfabric_only_for_ofi);
     tcase_add_test(tc, bad_arguments);
     tcase_add_test(tc, yielding_ults_do_not_starve_the_network);
     tcase_add_test(tc, all_sizes_both_orders);

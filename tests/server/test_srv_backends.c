@@ -30,6 +30,7 @@
  */
 #include <check.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -767,6 +768,66 @@ START_TEST(test_no_psm_signal_handlers)
 }
 END_TEST
 
+static int note_fabric(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libfabric"))
+        *(bool *)arg = true;
+    return 0;
+}
+
+static bool fabric_loaded(void)
+{
+    bool loaded = false;
+    dl_iterate_phdr(note_fabric, &loaded);
+    return loaded;
+}
+
+/* libfabric is loaded when an ofi backend starts, and only then (ofi.c,
+ * ofi_load): the shm backend, and a process that never starts ofi, do not
+ * run its dependencies' constructors. (Each test runs in a fresh child
+ * unless CK_FORK=no, where an earlier test may have loaded it.) */
+START_TEST(test_fabric_loaded_on_demand)
+{
+    const char *fork = getenv("CK_FORK");
+    if (!fork || strcmp(fork, "no") != 0)
+        ck_assert_msg(!fabric_loaded(), "libfabric was loaded before any backend started");
+    up(&srv_shm_ops);
+    if (!fork || strcmp(fork, "no") != 0)
+        ck_assert_msg(!fabric_loaded(), "the shm backend loaded libfabric");
+    down();
+    pkt_pool_destroy(pool);
+    boot_finalize();
+    up(&srv_ofi_ops);
+    ck_assert_msg(fabric_loaded(), "an ofi backend runs, yet libfabric is not loaded");
+    down();
+}
+END_TEST
+
+/* An ofi backend whose library cannot be loaded (_i 0), or lacks
+ * libfabric's functions (_i 1, libm), fails with MPIV_ERR_NET naming the
+ * library; the failure is not kept: with the real library the next start
+ * works. MPIV_TEST_OFI_LIBRARY is ofi_load's test hook. */
+START_TEST(test_ofi_without_libfabric)
+{
+    const char *lib = _i == 0 ? "/nonexistent/libfabric.so.1" : "libm.so.6";
+    setenv("MPIV_TEST_OFI_LIBRARY", lib, 1);
+    int rank, size;
+    ck_assert_int_eq(util_config_load(&cfg), MPIV_SUCCESS);
+    ck_assert_int_eq(boot_init(&rank, &size), MPIV_SUCCESS);
+    struct srv_backend *b = NULL;
+    ck_assert_int_eq(srv_ofi_ops.init(&cfg, 0, 1, &b), MPIV_ERR_NET);
+    ck_assert_ptr_null(b);
+    const char *why = mpiv_error_detail();
+    ck_assert_msg(strstr(why, lib) && strstr(why, _i == 0 ? "cannot load" : "lacks a libfabric function"),
+                  "detail: %s", why);
+    boot_finalize();
+    unsetenv("MPIV_TEST_OFI_LIBRARY");
+    up(&srv_ofi_ops);
+    down();
+}
+END_TEST
+
 static Suite *srv_backends_suite(void)
 {
     Suite *s = suite_create("server_backends");
@@ -789,6 +850,8 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(ofi, test_ofi_source_is_the_transports);
     tcase_add_test(ofi, test_ofi_max_write);
     tcase_add_test(ofi, test_no_psm_signal_handlers);
+    tcase_add_test(ofi, test_fabric_loaded_on_demand);
+    tcase_add_loop_test(ofi, test_ofi_without_libfabric, 0, 2);
     tcase_add_test(ofi, test_ofi_shm_stale_region_of_our_pid);
     suite_add_tcase(s, ofi);
     return s;
