@@ -125,12 +125,10 @@ struct srv_backend {
  * These five are all of libfabric's own functions that we call (the rest
  * of its API is inline, through each object's ops table); each is bound
  * at the symbol version a plain link against the same libfabric picks
- * (cmake/FabricSymbols.cmake), so the library's structs are the headers'.
- * Loaded once, under fab_lock, and never unloaded.
+ * (cmake/FabricSymbols.cmake), so the library's structs are the headers';
+ * the library is the one that link named (MPIV_FABRIC_SONAME, in
+ * MPIV_FABRIC_LIBDIR). Loaded once, under fab_lock, and never unloaded.
  */
-#define OFI_STR_(x) #x
-#define OFI_STR(x) OFI_STR_(x)
-#define OFI_LIBRARY "libfabric.so." OFI_STR(FI_MAJOR_VERSION)
 static struct {
     int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
                    struct fi_info **);
@@ -198,6 +196,12 @@ static bool psm_owns(void *fn)
  * exported first, so that a copy loaded later, or in a child, installs
  * nothing.
  */
+/* The handlers in place just before ofi_load's dlopen (a program's own,
+ * since we load after main): what a psm handler is replaced by once that
+ * has run; before it, the default action. */
+static struct sigaction before_load[NSIG];
+static bool have_before_load;
+
 static void ofi_drop_psm_handlers(void)
 {
     static bool user_set, checked;
@@ -218,7 +222,7 @@ static void ofi_drop_psm_handlers(void)
             continue;
         struct sigaction dfl = {.sa_handler = SIG_DFL};
         sigemptyset(&dfl.sa_mask);
-        sigaction(sig, &dfl, NULL);
+        sigaction(sig, have_before_load ? &before_load[sig] : &dfl, NULL);
     }
 }
 
@@ -226,29 +230,41 @@ __attribute__((constructor)) static void ofi_at_load(void) { ofi_drop_psm_handle
 
 /* Stores the address of `name` at `version` into the function pointer at
  * fp (memcpy: ISO C has no cast from an object pointer to a function
- * pointer). */
+ * pointer). An empty version: a libfabric built without symbol versions. */
 static bool fab_bind(void *lib, const char *name, const char *version, void *fp)
 {
-    void *sym = dlvsym(lib, name, version);
+    void *sym = *version ? dlvsym(lib, name, version) : dlsym(lib, name);
     if (sym)
         memcpy(fp, &sym, sizeof sym);
     return sym != NULL;
 }
 
 /* libfabric, and MPIV_SUCCESS; or MPIV_ERR_NET saying what is missing.
- * The library's name is OFI_LIBRARY unless the test hook
- * MPIV_TEST_OFI_LIBRARY names another (tests/server: a library that is
- * not there, or one without libfabric's symbols). */
+ * The test hook MPIV_TEST_OFI_LIBRARY names another library to load
+ * (tests/server: one that is not there, or one without libfabric's
+ * functions). */
 static int ofi_load(void)
 {
     pthread_mutex_lock(&fab_lock);
     int rc = MPIV_SUCCESS;
     if (!fab_loaded) {
         const char *name = getenv("MPIV_TEST_OFI_LIBRARY");
-        if (!name || !*name)
-            name = OFI_LIBRARY;
+        void *lib = NULL;
         ofi_drop_psm_handlers(); /* exports IPATH_NO_BACKTRACE first */
-        void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                sigaction(sig, NULL, &before_load[sig]);
+        have_before_load = true;
+        if (!name || !*name) {
+            /* the copy we were configured with first, then the loader's
+             * search (a libfabric moved since, or found through
+             * LD_LIBRARY_PATH) */
+            name = MPIV_FABRIC_SONAME;
+            if (*MPIV_FABRIC_LIBDIR)
+                lib = dlopen(MPIV_FABRIC_LIBDIR "/" MPIV_FABRIC_SONAME, RTLD_NOW | RTLD_LOCAL);
+        }
+        if (!lib)
+            lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
         if (!lib) {
             rc = util_err(MPIV_ERR_NET,
                           "ofi: cannot load %s (%s); the ofi backend needs libfabric "
