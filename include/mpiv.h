@@ -242,6 +242,23 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag);
  * buf + size. status may be NULL. */
 int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status);
 
+/* Spawns a ULT that runs fn(arg) once the next message from `source` with
+ * `tag` has been received into buf (`size` bytes), as a ULT whose first
+ * act is mpiv_recv(buf, size, source, tag, status) would, and stores its
+ * handle in *ult (join it as any ULT). The receive is posted now, in order
+ * with the caller's other receives; until its message is in, the ULT holds
+ * no stack (a blocked mpiv_recv holds one, a page at least), so a program
+ * may leave a million such receives posted. status must not be NULL: it is
+ * filled in before fn runs, and status->error says how the receive ended
+ * (MPIV_ERR_TRUNCATE, MPIV_ERR_PEER, ...; fn runs in every case). buf and
+ * status belong to MPIv until fn runs. source and tag may be the
+ * wildcards. Errors before anything is posted: those of mpiv_irecv and of
+ * mpiv_ult_spawn, and MPIV_ERR_ARG for a NULL fn, status or ult. Like a
+ * ULT blocked in a receive, one whose message never comes is never
+ * released: mpiv_finalize with such a receive pending is an error. */
+int mpiv_ult_spawn_recv(mpiv_ult_fn fn, void *arg, int worker, void *buf, size_t size, int source,
+                        int tag, mpiv_status_t *status, mpiv_ult_t *ult);
+
 /* Non-blocking variants: start the operation and return a request to
  * complete with mpiv_wait, mpiv_waitall or mpiv_test. The buffer belongs to
  * MPIv until then. */

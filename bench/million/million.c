@@ -18,6 +18,10 @@
  *         waits for it; once all N are posted (N ULTs blocked in a receive,
  *         what peak RSS then measures) a barrier lets rank 0 spawn its N
  *         senders.
+ *   spawnrecv: recvfirst with mpiv_ult_spawn_recv: rank 1's main thread
+ *         starts each ULT with its receive posted (tag i), and the ULT runs
+ *         only once its message is in; so while all N wait, none holds a
+ *         stack (what peak RSS then measures). ULT only.
  *   pingpong: the reference per-message cost in the same job: 64 ULT
  *         pairs ping-pong 8-byte messages (bench/pt2pt's mt_latency at 64
  *         pairs); its time divided by the round trips of all pairs, i.e.
@@ -37,7 +41,8 @@
  * its tag, checked by the receiver; any error makes the exit status 1.
  *
  * Usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]
- *   MODE: loop, posted, ults, recvfirst, pingpong (run in that order);
+ *   MODE: loop, posted, ults, recvfirst, spawnrecv, pingpong (run in that
+ *   order; "all" is every one but spawnrecv);
  *   "warm" in the list runs each phase once untimed before its timed run
  *   (the timed line then ends in "warm"): the first run of a pattern also
  *   makes the stacks its blocked ULTs need, which a program pays once.
@@ -195,6 +200,20 @@ static void *recv_posted_first(void *arg)
     return NULL;
 }
 
+/* spawnrecv: rank 1's ULT i starts with its message in sr_vals[i]. */
+static uint64_t *sr_vals;
+static mpiv_status_t *sr_st;
+
+static void *started_with_message(void *arg)
+{
+    uint32_t tag = (uint32_t)(uintptr_t)arg;
+    if (sr_st[tag].error)
+        fail("spawned receive", sr_st[tag].error);
+    else if (sr_vals[tag] != (MAGIC ^ tag) && errors++ < 10)
+        fprintf(stderr, "rank 1: tag %u: got %#llx\n", tag, (unsigned long long)sr_vals[tag]);
+    return NULL;
+}
+
 /* pingpong: pair p (tag p) does PP_ROUNDS round trips; rank 0 starts. */
 #define PP_PAIRS 64
 #define PP_ROUNDS 2000
@@ -260,7 +279,9 @@ static int warm;
 static double phase_once(const char *name, uint32_t n, int quiet)
 {
     int many = strcmp(name, "ults") == 0, recvfirst = strcmp(name, "recvfirst") == 0;
+    int spawnrecv = strcmp(name, "spawnrecv") == 0;
     int pingpong = strcmp(name, "pingpong") == 0;
+    recvfirst = recvfirst || spawnrecv; /* the same order: rank 1 posts first */
     posted_now = 0;
     int rc = mpiv_barrier();
     if (rc) {
@@ -276,7 +297,14 @@ static double phase_once(const char *name, uint32_t n, int quiet)
             return -1;
         }
         for (uint32_t i = 0; i < n; i++) {
-            rc = start_one(fn, i);
+            if (spawnrecv && rank == 1) {
+                rc = mpiv_ult_spawn_recv(started_with_message, (void *)(uintptr_t)i, MPIV_WORKER_ANY,
+                                         &sr_vals[i], sizeof sr_vals[i], 0, (int)i, &sr_st[i],
+                                         &ults[i]);
+                posted_now++;
+            } else {
+                rc = start_one(fn, i);
+            }
             if (rc) {
                 fail("spawn", rc);
                 fprintf(stderr, "rank %d: spawned %u of %u ULTs (raise MPIV_MAX_ULTS?)\n", rank, i,
@@ -362,7 +390,7 @@ static uint32_t parse_count(const char *s)
     return (uint32_t)v;
 }
 
-static const char *const modes[] = {"loop", "posted", "ults", "recvfirst", "pingpong", "warm"};
+static const char *const modes[] = {"loop", "posted", "ults", "recvfirst", "spawnrecv", "pingpong", "warm"};
 
 /* Whether the comma-separated list `list` names mode m. */
 static int has_mode(const char *list, const char *m)
@@ -415,8 +443,8 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr,
                     "usage: mpiv_run -n 2 million N [MODE[,MODE...]|all] [ult|pthread]\n"
-                    "  MODE: loop, posted, ults, recvfirst, pingpong; warm: each phase runs\n"
-                    "  once untimed first\n"
+                    "  MODE: loop, posted, ults, recvfirst, spawnrecv, pingpong (all: every\n"
+                    "  one but spawnrecv); warm: each phase runs once untimed first\n"
                     "  N: 1..16M messages, K and M suffixes allowed (e.g. 64K, 1M)\n"
                     "  (got %d ranks, N '%s', mode '%s', kind '%s')\n",
                     mpiv_size(), argc > 1 ? argv[1] : "", mode, kind);
@@ -450,6 +478,16 @@ int main(int argc, char **argv)
         return 1;
     if ((all || has_mode(mode, "recvfirst")) && phase("recvfirst", n) < 0)
         return 1;
+    if (!ults_only && has_mode(mode, "spawnrecv")) { /* not in "all": named only */
+        sr_vals = calloc(n, sizeof *sr_vals);
+        sr_st = calloc(n, sizeof *sr_st);
+        if (!sr_vals || !sr_st) {
+            fprintf(stderr, "rank %d: no memory for %u receives\n", rank, n);
+            return 1;
+        }
+        if (phase("spawnrecv", n) < 0)
+            return 1;
+    }
     if (!ults_only && (all || has_mode(mode, "pingpong")) && phase("pingpong", n) < 0)
         return 1;
     if (tl > 0 && tu > 0)

@@ -1498,6 +1498,68 @@ int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status
     return rc;
 }
 
+/* --- a ULT that starts with its message (mpiv_ult_spawn_recv) ----------------
+ *
+ * The receive is posted with a request of the runtime's own, and the ULT
+ * is registered as that request's waiter before it ever ran: the
+ * completion that would wake a ULT blocked in mpiv_recv makes this one
+ * runnable instead (sched_ult_start_on), and only then does it get a
+ * stack. So a million posted receives hold a million records and requests,
+ * not a million stacks. The ULT copies the status out, frees the request
+ * and calls the user's function; the request is never waited on (its
+ * signal was consumed by the wake). */
+struct recv_start {
+    struct mpiv_request r; /* first: the heap block is the request's */
+    mpiv_ult_fn fn;
+    void *arg;
+    mpiv_status_t *status;
+};
+
+static void *recv_started(void *p)
+{
+    struct recv_start *rs = p;
+    *rs->status = rs->r.status; /* world ranks: the user context, no comm */
+    mpiv_ult_fn fn = rs->fn;
+    void *arg = rs->arg;
+    free(rs);
+    return fn(arg);
+}
+
+int mpiv_ult_spawn_recv(mpiv_ult_fn fn, void *arg, int worker, void *buf, size_t size, int source,
+                        int tag, mpiv_status_t *status, mpiv_ult_t *ult)
+{
+    int rc = check_args_wild(buf, size, source, tag, true, __func__);
+    if (rc)
+        return rc;
+    if (!fn)
+        return util_err(MPIV_ERR_ARG, "%s: fn is NULL", __func__);
+    if (!status)
+        return util_err(MPIV_ERR_ARG, "%s: status is NULL (it is how the ULT learns the "
+                                      "receive's outcome)", __func__);
+    struct recv_start *rs = malloc(sizeof *rs);
+    if (!rs)
+        return util_err(MPIV_ERR_NO_RESOURCES, "%s: out of memory", __func__);
+    *rs = (struct recv_start){.fn = fn, .arg = arg, .status = status};
+    struct mpiv_ult *u = sched_ult_new(recv_started, rs, worker, ult, &rc, __func__);
+    if (!u) {
+        free(rs);
+        return rc;
+    }
+    rc = proto_irecv(buf, size, source, tag, HT_CTX_USER, &rs->r);
+    if (rc) {
+        /* Nothing is pending (a peer known dead): the ULT starts at once
+         * and finds why in its status, as if the receive had failed. */
+        rs->r.status = (mpiv_status_t){.source = source, .tag = tag, .size = 0, .error = rc};
+        sched_ult_start(u);
+        return MPIV_SUCCESS;
+    }
+    /* As a waiter in proto_wait: registering with a CAS that the bias
+     * owner's plain signal would not see needs the bias revoked first. */
+    util_bias_claim();
+    sched_ult_start_on(u, &rs->r.sync);
+    return MPIV_SUCCESS;
+}
+
 /* The one switch on the operation. Inlined where op is a constant, so
  * that mpiv_isend and mpiv_irecv call the operation itself: a window of
  * small messages pays for every call level on this path. */

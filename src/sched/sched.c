@@ -450,10 +450,14 @@ static void worker_loop(struct sched_worker *w)
         }
         if (found)
             continue;
-        /* seq_cst: the Dekker pair with remote signallers (header top) */
+        /* seq_cst: the Dekker pair with remote signallers (header top),
+         * and with sched_ult_start_on for a ULT counted live after this
+         * spell decided not to poll: it must not sleep while the hook is
+         * all that can wake that ULT */
         atomic_store_explicit(&w->sleeping, 1, memory_order_seq_cst);
         if (any_runnable(w, memory_order_seq_cst) ||
-            atomic_load_explicit(&w->stop, memory_order_seq_cst)) {
+            atomic_load_explicit(&w->stop, memory_order_seq_cst) ||
+            (hook_is_progress() && atomic_load_explicit(&w->live, memory_order_seq_cst) > 0)) {
             /* relaxed: nobody waits for this store */
             atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
             continue;
@@ -775,13 +779,59 @@ int mpiv_ult_yield(void)
 
 int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
 {
+    int err = MPIV_SUCCESS;
+    struct mpiv_ult *u = sched_ult_new(fn, arg, worker, ult, &err, __func__);
+    if (!u)
+        return err;
+    sched_make_runnable(u->w, u);
+    return MPIV_SUCCESS;
+}
+
+void sched_ult_start(struct mpiv_ult *u) { sched_make_runnable(u->w, u); }
+
+void sched_ult_start_on(struct mpiv_ult *u, sched_sync *s)
+{
+    uintptr_t old = 0;
+    /* As a waiter's own registration (sched_wait_inline): release publishes
+     * u to the signaller, acquire on failure takes a signal that came
+     * first, with the signaller's writes. */
+    if (atomic_compare_exchange_strong_explicit(&s->state, &old, (uintptr_t)u, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        /* u waits without having run. Without a server thread its worker
+         * must poll the network for it (an idle worker with live ULTs
+         * does), but one asleep since before u was counted live (in
+         * sched_ult_new) learns of it only if woken. seq_cst fence: the
+         * Dekker pair with the worker's sleeping store and live load
+         * (worker_loop); either it sees u live or we see it asleep. */
+        struct sched_worker *w = u->w;
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst) &&
+            /* relaxed: only elects one waker, as in sched_make_runnable */
+            atomic_exchange_explicit(&w->sleeping, 0, memory_order_relaxed))
+            sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+        return;
+    }
+    /* Signalled already: u consumes it as its wait would (relaxed: only a
+     * signal could race, and it sees 1 and returns), and runs now. */
+    atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+    sched_make_runnable(u->w, u);
+}
+
+struct mpiv_ult *sched_ult_new(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult, int *errp,
+                               const char *who)
+{
+    int err = MPIV_SUCCESS;
     if (!sched_ready())
-        return util_err(MPIV_ERR_STATE, "mpiv_ult_spawn before mpiv_init");
-    if (!fn || !ult)
-        return util_err(MPIV_ERR_ARG, "mpiv_ult_spawn: %s is NULL", fn ? "ult" : "fn");
-    if (worker < MPIV_WORKER_ANY || worker >= sched_g.nworkers)
-        return util_err(MPIV_ERR_ARG, "mpiv_ult_spawn: worker %d is not in [0, %d) or MPIV_WORKER_ANY",
-                        worker, sched_g.nworkers);
+        err = util_err(MPIV_ERR_STATE, "%s before mpiv_init", who);
+    else if (!fn || !ult)
+        err = util_err(MPIV_ERR_ARG, "%s: %s is NULL", who, fn ? "ult" : "fn");
+    else if (worker < MPIV_WORKER_ANY || worker >= sched_g.nworkers)
+        err = util_err(MPIV_ERR_ARG, "%s: worker %d is not in [0, %d) or MPIV_WORKER_ANY", who,
+                       worker, sched_g.nworkers);
+    if (err) {
+        *errp = err;
+        return NULL;
+    }
     struct sched_worker *me = sched_tls_worker, *w;
     if (worker != MPIV_WORKER_ANY)
         w = sched_g.workers[worker];
@@ -791,10 +841,12 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
         w = sched_g.workers[atomic_fetch_add_explicit(&sched_g.rr, 1, memory_order_relaxed) %
                             (unsigned)sched_g.nworkers];
 
-    int err = MPIV_ERR_INTERNAL;
+    err = MPIV_ERR_INTERNAL;
     struct mpiv_ult *u = take_slot(w, &err);
-    if (!u)
-        return err; /* take_slot said why */
+    if (!u) {
+        *errp = err; /* take_slot said why */
+        return NULL;
+    }
 
     u->fn = fn;
     u->arg = arg;
@@ -811,8 +863,7 @@ int mpiv_ult_spawn(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult)
     atomic_store_explicit(&u->join.state, 0, memory_order_relaxed);
     u->ctx = NULL; /* no stack until its first run (K1) */
     *ult = ult_handle(u, gen);
-    sched_make_runnable(w, u);
-    return MPIV_SUCCESS;
+    return u;
 }
 
 /* The record that handle h names, if h is a handle this scheduler gave out

@@ -111,6 +111,20 @@ bool sched_ult_alone(void);
 
 void sched_wait(sched_sync *s);
 void sched_signal(sched_sync *s);
+
+/* mpiv_ult_spawn in two steps, for a ULT that must not run before an
+ * event: sched_ult_new takes a slot and sets fn(arg) up with its handle in
+ * *ult, not runnable yet (NULL with *err set on failure; `who` names the
+ * public call in the message). Then sched_ult_start makes it runnable now,
+ * or sched_ult_start_on once s is signalled, as if its first act were
+ * sched_wait(s): it consumes the signal and, like any ULT that never ran,
+ * holds no stack until then (sched.c, K1). A new ULT must be started:
+ * only a ULT that ran can end and be released. s stays the caller's: it
+ * must live until it is signalled, and nobody else may wait on it. */
+struct mpiv_ult *sched_ult_new(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult, int *err,
+                               const char *who);
+void sched_ult_start(struct mpiv_ult *u);
+void sched_ult_start_on(struct mpiv_ult *u, sched_sync *s);
 /* From a ULT: let the worker's other runnable ULTs run. From a pthread:
  * sched_yield(). */
 void sched_yield_now(void);

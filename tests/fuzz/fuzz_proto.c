@@ -324,6 +324,24 @@ void sched_wait(sched_sync *s)
     FAIL("sched_wait called: the harness never waits");
 }
 
+/* The harness never calls mpiv_ult_spawn_recv: ULTs are the scheduler's. */
+struct mpiv_ult *sched_ult_new(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t *ult, int *err,
+                               const char *who)
+{
+    (void)fn, (void)arg, (void)worker, (void)ult, (void)err, (void)who;
+    FAIL("sched_ult_new called: the harness spawns no ULT");
+    return NULL;
+}
+void sched_ult_start(struct mpiv_ult *u)
+{
+    (void)u;
+    FAIL("sched_ult_start called: the harness spawns no ULT");
+}
+void sched_ult_start_on(struct mpiv_ult *u, sched_sync *s)
+{
+    (void)u, (void)s;
+    FAIL("sched_ult_start_on called: the harness spawns no ULT");
+}
 bool sched_in_ult(void) { return false; }
 bool sched_ult_alone(void) { return false; }
 int sched_worker_id(void) { return -1; }

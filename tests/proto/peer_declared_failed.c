@@ -2,7 +2,9 @@
  * The transport declares a peer failed while a receive from it is posted
  * (injected: a failed arrival on rank 1). The posted receive must complete
  * with MPIV_ERR_PEER, and a receive posted afterwards must fail at once,
- * instead of either waiting forever. Then rank 1 ends the job (its view of
+ * instead of either waiting forever. From a pthread, a ULT started with its
+ * receive (mpiv_ult_spawn_recv) is posted too: it must run, and find
+ * MPIV_ERR_PEER in its status. Then rank 1 ends the job (its view of
  * rank 0 is gone for good), and the test passes on its message.
  */
 #include <stdio.h>
@@ -17,6 +19,17 @@
 
 static char buf[64] = "hello";
 static int rc = -1, rc2 = -1;
+static char sbuf[64];
+static mpiv_status_t sst;
+static mpiv_ult_t su;
+static int spawned = 0, sran = 0;
+
+static void *started(void *arg)
+{
+    (void)arg;
+    sran = 1;
+    return NULL;
+}
 
 /* Rank 1: the receive posted and the hook set before rank 0 can send, then
  * the wait (rank 0 sends only a while after the barrier, so the failure
@@ -27,6 +40,11 @@ static void *rank1(void *arg)
     mpiv_request_t r;
     if (mpiv_irecv(buf, sizeof buf, 0, 1, &r) != MPIV_SUCCESS)
         return NULL;
+    /* not beside the lone ULT: a second ULT on its worker, even one that
+     * never ran, makes its waits switch out, which that run counts */
+    if (arg && mpiv_ult_spawn_recv(started, NULL, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 7, &sst,
+                                   &su) == MPIV_SUCCESS)
+        spawned = 1;
     srv_fault_set(fail_user_arrivals, NULL);
     if (mpiv_barrier() != MPIV_SUCCESS)
         return NULL;
@@ -55,11 +73,18 @@ int main(int argc, char **argv)
             mpiv_ult_join(u, NULL) != MPIV_SUCCESS)
             _exit(6);
     } else {
-        rank1(NULL);
+        rank1(&in_ult);
     }
     switched = sched_blocked_waits() - switched;
     printf("rank 1: posted receive: %s, later receive: %s, waits switched out: %llu\n",
            mpiv_strerror(rc), mpiv_strerror(rc2), (unsigned long long)switched);
+    int spawn_ok = 1;
+    if (!in_ult) {
+        spawn_ok = spawned && mpiv_ult_join(su, NULL) == MPIV_SUCCESS && sran &&
+                   sst.error == MPIV_ERR_PEER;
+        printf("rank 1: ULT started with its receive: %s, ran %d, status %s\n",
+               spawned ? "spawned" : "NOT spawned", sran, mpiv_strerror(sst.error));
+    }
     fflush(stdout);
-    _exit(rc == MPIV_ERR_PEER && rc2 == MPIV_ERR_PEER && switched == 0 ? 3 : 5);
+    _exit(rc == MPIV_ERR_PEER && rc2 == MPIV_ERR_PEER && switched == 0 && spawn_ok ? 3 : 5);
 }

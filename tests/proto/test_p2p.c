@@ -19,6 +19,7 @@
 #include "mpiv.h"
 #include "server/server.h"
 #include "server/srv_int.h"
+#include "sched/sched.h"
 
 static int me, nranks, partner; /* partner: the other rank of my pair, or -1 */
 static size_t eager;            /* a size that is surely eager               */
@@ -78,6 +79,160 @@ START_TEST(all_sizes_both_orders)
         }
     }
     free(buf);
+}
+END_TEST
+
+/* mpiv_ult_spawn_recv: ULTs that start with their message.
+ * - posted before the messages exist (after a barrier the sender waits
+ *   for), eager and rendezvous sizes: while they wait, no stack is in use
+ *   for them; each runs once, with its data and status;
+ * - posted after the messages arrived (sender first): they start at once;
+ * - a message larger than the buffer: the ULT runs with MPIV_ERR_TRUNCATE;
+ * - the wildcards, and bad arguments (nothing posted, no ULT). */
+struct started {
+    unsigned char *buf;
+    size_t cap;
+    mpiv_status_t st;
+    atomic_int *runs;
+    int on_worker; /* the worker it ran on */
+};
+
+static void *started_fn(void *p)
+{
+    struct started *x = p;
+    atomic_fetch_add(x->runs, 1);
+    x->on_worker = mpiv_worker_id();
+    return x;
+}
+
+enum { SR_N = 300 };
+
+static size_t sr_size(int i)
+{
+    return i % 50 == 7 ? 4 * eager + (size_t)i : (size_t)(i * 13 % 97); /* some rendezvous */
+}
+
+START_TEST(spawn_recv)
+{
+    if (partner < 0)
+        return;
+    int sender = (me % 2) == 0;
+    const int base = 7000;
+    if (sender) {
+        /* non-blocking: a rendezvous send started before its receive is
+         * posted (order 1) completes only once it is */
+        unsigned char **b = calloc(SR_N, sizeof *b);
+        mpiv_request_t *rq = calloc(SR_N, sizeof *rq);
+        ck_assert(b && rq);
+        for (int order = 0; order < 2; order++) {
+            if (order == 0)
+                OK(mpiv_barrier()); /* the receiver posted them all */
+            for (int i = 0; i < SR_N; i++) {
+                b[i] = malloc(sr_size(i) + 1);
+                ck_assert_ptr_nonnull(b[i]);
+                fill(b[i], sr_size(i), (unsigned)(base + order * SR_N + i));
+                OK(mpiv_isend(b[i], sr_size(i), partner, base + order * SR_N + i, &rq[i]));
+            }
+            if (order == 1)
+                OK(mpiv_barrier()); /* started before the receiver posts */
+            OK(mpiv_waitall(SR_N, rq, NULL));
+            for (int i = 0; i < SR_N; i++)
+                free(b[i]);
+        }
+        free(b);
+        free(rq);
+        /* truncated, then one for a wildcard receive */
+        unsigned char m[100];
+        fill(m, 100, 1);
+        OK(mpiv_send(m, 100, partner, base + 2 * SR_N));
+        fill(m, 10, 2);
+        OK(mpiv_send(m, 10, partner, base + 2 * SR_N + 1));
+        OK(mpiv_barrier());
+        return;
+    }
+    atomic_int runs;
+    atomic_init(&runs, 0);
+    struct started *x = calloc(SR_N, sizeof *x);
+    mpiv_ult_t *u = calloc(SR_N, sizeof *u);
+    ck_assert(x && u);
+    for (int order = 0; order < 2; order++) {
+        atomic_store(&runs, 0);
+        if (order == 1)
+            OK(mpiv_barrier()); /* every message is on its way or here */
+        struct sched_stack_stats before, posted;
+        sched_stack_stats(&before);
+        for (int i = 0; i < SR_N; i++) {
+            x[i] = (struct started){.cap = sr_size(i) + 1, .runs = &runs, .on_worker = -2};
+            x[i].buf = malloc(x[i].cap);
+            ck_assert_ptr_nonnull(x[i].buf);
+            memset(x[i].buf, 0xEE, x[i].cap);
+            OK(mpiv_ult_spawn_recv(started_fn, &x[i], i % mpiv_num_workers(), x[i].buf, x[i].cap - 1,
+                                   partner, base + order * SR_N + i, &x[i].st, &u[i]));
+        }
+        if (order == 0) {
+            /* Nothing has been sent yet: none may have run, and none holds
+             * a stack (ULTs of earlier tests are all joined: in_use counts
+             * only the callers' own). */
+            sched_stack_stats(&posted);
+            ck_assert_int_eq(atomic_load(&runs), 0);
+            ck_assert_msg(posted.in_use <= before.in_use,
+                          "%d posted receives hold stacks: %llu in use, %llu before", SR_N,
+                          (unsigned long long)posted.in_use, (unsigned long long)before.in_use);
+            OK(mpiv_barrier());
+        }
+        for (int i = 0; i < SR_N; i++) {
+            void *ret = NULL;
+            OK(mpiv_ult_join(u[i], &ret));
+            ck_assert_ptr_eq(ret, &x[i]);
+            ck_assert_int_eq(x[i].on_worker, i % mpiv_num_workers());
+            ck_assert_int_eq(x[i].st.error, MPIV_SUCCESS);
+            ck_assert_int_eq(x[i].st.source, partner);
+            ck_assert_int_eq(x[i].st.tag, base + order * SR_N + i);
+            ck_assert_uint_eq(x[i].st.size, sr_size(i));
+            check_data(x[i].buf, sr_size(i), (unsigned)(base + order * SR_N + i));
+            ck_assert_uint_eq(x[i].buf[sr_size(i)], 0xEE);
+            free(x[i].buf);
+        }
+        ck_assert_int_eq(atomic_load(&runs), SR_N);
+    }
+    /* truncated: the ULT runs, its status says so, nothing past the buffer */
+    unsigned char small[11];
+    memset(small, 0xEE, sizeof small);
+    struct started t = {.buf = small, .cap = sizeof small, .runs = &runs};
+    mpiv_ult_t tu;
+    OK(mpiv_ult_spawn_recv(started_fn, &t, MPIV_WORKER_ANY, small, 10, partner, base + 2 * SR_N, &t.st,
+                           &tu));
+    OK(mpiv_ult_join(tu, NULL));
+    ck_assert_int_eq(t.st.error, MPIV_ERR_TRUNCATE);
+    ck_assert_uint_eq(small[10], 0xEE);
+    /* wildcards */
+    OK(mpiv_ult_spawn_recv(started_fn, &t, MPIV_WORKER_ANY, small, 10, MPIV_ANY_SOURCE, MPIV_ANY_TAG,
+                           &t.st, &tu));
+    OK(mpiv_ult_join(tu, NULL));
+    ck_assert_int_eq(t.st.error, MPIV_SUCCESS);
+    ck_assert_int_eq(t.st.source, partner);
+    ck_assert_int_eq(t.st.tag, base + 2 * SR_N + 1);
+    check_data(small, 10, 2);
+    /* bad arguments: an error, nothing posted, no ULT */
+    int before_runs = atomic_load(&runs);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(NULL, &t, 0, small, 10, partner, 1, &t.st, &tu), MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, 0, small, 10, partner, 1, NULL, &tu),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, 0, small, 10, partner, 1, &t.st, NULL),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, mpiv_num_workers(), small, 10, partner, 1,
+                                         &t.st, &tu),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, 0, small, 10, nranks, 1, &t.st, &tu),
+                     MPIV_ERR_RANK);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, 0, small, 10, partner, -5, &t.st, &tu),
+                     MPIV_ERR_TAG);
+    ck_assert_int_eq(mpiv_ult_spawn_recv(started_fn, &t, 0, NULL, 10, partner, 1, &t.st, &tu),
+                     MPIV_ERR_ARG);
+    ck_assert_int_eq(atomic_load(&runs), before_runs);
+    free(x);
+    free(u);
+    OK(mpiv_barrier());
 }
 END_TEST
 
@@ -730,6 +885,10 @@ static Suite *p2p_suite(void)
     tcase_add_test(tc, collectives);
     tcase_add_loop_test(tc, own_rank_in_order, 0, 2);
     suite_add_tcase(s, tc);
+    TCase *sr = tcase_create("spawn_recv");
+    tcase_set_timeout(sr, 300);
+    tcase_add_test(sr, spawn_recv);
+    suite_add_tcase(s, sr);
     TCase *pool = tcase_create("pool");
     tcase_set_timeout(pool, 300);
     tcase_add_test(pool, pool_pressure);
