@@ -252,8 +252,10 @@ int mpiv_recv(void *buf, size_t size, int source, int tag, mpiv_status_t *status
  * filled in before fn runs, and status->error says how the receive ended
  * (MPIV_ERR_TRUNCATE, MPIV_ERR_PEER, ...; fn runs in every case). buf and
  * status belong to MPIv until fn runs. source and tag may be the
- * wildcards. Errors before anything is posted: those of mpiv_irecv and of
- * mpiv_ult_spawn, and MPIV_ERR_ARG for a NULL fn, status or ult. Like a
+ * wildcards. Errors, with nothing posted and no ULT: those of mpiv_irecv's
+ * arguments and of mpiv_ult_spawn, and MPIV_ERR_ARG for a NULL fn, status
+ * or ult; a receive that fails as it is posted (a peer known to have
+ * failed) still starts the ULT, with the error in its status. Like a
  * ULT blocked in a receive, one whose message never comes is never
  * released: mpiv_finalize with such a receive pending is an error. */
 int mpiv_ult_spawn_recv(mpiv_ult_fn fn, void *arg, int worker, void *buf, size_t size, int source,

@@ -385,10 +385,12 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
     return false;
 }
 
-/* Whether w has ULTs spawned and not yet joined. A peek: a spawn that
- * makes it true also makes its ULT runnable, which the idle loop sees by
- * itself, and a stale true after the last join only keeps w polling for
- * one more idle spell. */
+/* Whether w has ULTs spawned and not yet joined. A peek: a spawn usually
+ * makes its ULT runnable too, which the idle loop sees by itself; one
+ * started on an event (sched_ult_start_on) is live but not runnable, which
+ * the idle loop checks at each turn, and the sleep check again (seq_cst);
+ * a stale true after the last join only keeps w polling for one more idle
+ * spell. */
 static bool has_live(struct sched_worker *w)
 {
     /* relaxed: see above */
@@ -436,6 +438,11 @@ static void worker_loop(struct sched_worker *w)
             /* relaxed: finalize wakes us again after setting stop */
             if (atomic_load_explicit(&w->stop, memory_order_relaxed))
                 return;
+            /* A ULT counted live during the spell without being made
+             * runnable (sched_ult_start_on: it waits before it ever ran)
+             * needs the network polled for it from now on. */
+            if (!poll)
+                poll = has_live(w);
             if (poll && run_idle_hook()) {
                 util_idle_reset(&idle); /* work came: stay responsive */
                 continue;

@@ -31,6 +31,17 @@ static void *started(void *arg)
     return NULL;
 }
 
+static mpiv_status_t lst;
+static mpiv_ult_t lu;
+static int spawned_late = 0, lran = 0;
+
+static void *started_late(void *arg)
+{
+    (void)arg;
+    lran = 1;
+    return NULL;
+}
+
 /* Rank 1: the receive posted and the hook set before rank 0 can send, then
  * the wait (rank 0 sends only a while after the barrier, so the failure
  * reaches a waiting receive), then a receive posted afterwards. */
@@ -50,6 +61,11 @@ static void *rank1(void *arg)
         return NULL;
     rc = mpiv_wait(&r, NULL);
     rc2 = mpiv_recv(buf, sizeof buf, 0, 5, NULL);
+    /* posted after the failure: fails as it is posted, and the ULT still
+     * starts, with the error in its status */
+    if (arg && mpiv_ult_spawn_recv(started_late, NULL, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 8,
+                                   &lst, &lu) == MPIV_SUCCESS)
+        spawned_late = 1;
     return NULL;
 }
 
@@ -81,9 +97,12 @@ int main(int argc, char **argv)
     int spawn_ok = 1;
     if (!in_ult) {
         spawn_ok = spawned && mpiv_ult_join(su, NULL) == MPIV_SUCCESS && sran &&
-                   sst.error == MPIV_ERR_PEER;
-        printf("rank 1: ULT started with its receive: %s, ran %d, status %s\n",
-               spawned ? "spawned" : "NOT spawned", sran, mpiv_strerror(sst.error));
+                   sst.error == MPIV_ERR_PEER && spawned_late &&
+                   mpiv_ult_join(lu, NULL) == MPIV_SUCCESS && lran && lst.error == MPIV_ERR_PEER;
+        printf("rank 1: ULT started with its receive: %s, ran %d, status %s; posted after the "
+               "failure: %s, ran %d, status %s\n",
+               spawned ? "spawned" : "NOT spawned", sran, mpiv_strerror(sst.error),
+               spawned_late ? "spawned" : "NOT spawned", lran, mpiv_strerror(lst.error));
     }
     fflush(stdout);
     _exit(rc == MPIV_ERR_PEER && rc2 == MPIV_ERR_PEER && switched == 0 && spawn_ok ? 3 : 5);

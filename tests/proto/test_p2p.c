@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check_main.h"
 #include "common/test_mpiv.h"
@@ -232,6 +233,51 @@ START_TEST(spawn_recv)
     ck_assert_int_eq(atomic_load(&runs), before_runs);
     free(x);
     free(u);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* The race a review found in the first version: a worker whose idle spell
+ * began with no live ULT decided not to poll, and a ULT counted live just
+ * after (mpiv_ult_spawn_recv, then the join: nothing runnable) was never
+ * polled for. Round after round, post one onto each worker in turn and
+ * join it, while the sender sends each message after a random pause of up
+ * to 300 us: a hang here is that bug. */
+enum { SR_ROUNDS = 2000 };
+
+static void *round_fn(void *p)
+{
+    return p;
+}
+
+START_TEST(spawn_recv_rounds)
+{
+    if (partner < 0)
+        return;
+    const int base = 9000;
+    OK(mpiv_barrier());
+    if (me % 2 == 0) {
+        unsigned seed = 12345u;
+        for (int i = 0; i < SR_ROUNDS; i++) {
+            seed = seed * 1103515245u + 12345u;
+            usleep((seed >> 16) % 300);
+            uint32_t v = (uint32_t)i;
+            OK(mpiv_send(&v, sizeof v, partner, base + i % 1000));
+        }
+    } else {
+        for (int i = 0; i < SR_ROUNDS; i++) {
+            uint32_t v = UINT32_MAX;
+            mpiv_status_t st;
+            mpiv_ult_t u;
+            void *ret = NULL;
+            OK(mpiv_ult_spawn_recv(round_fn, &v, i % mpiv_num_workers(), &v, sizeof v, partner,
+                                   base + i % 1000, &st, &u));
+            OK(mpiv_ult_join(u, &ret));
+            ck_assert_ptr_eq(ret, &v);
+            ck_assert_int_eq(st.error, MPIV_SUCCESS);
+            ck_assert_uint_eq(v, (uint32_t)i);
+        }
+    }
     OK(mpiv_barrier());
 }
 END_TEST
@@ -888,6 +934,7 @@ static Suite *p2p_suite(void)
     TCase *sr = tcase_create("spawn_recv");
     tcase_set_timeout(sr, 300);
     tcase_add_test(sr, spawn_recv);
+    tcase_add_test(sr, spawn_recv_rounds);
     suite_add_tcase(s, sr);
     TCase *pool = tcase_create("pool");
     tcase_set_timeout(pool, 300);
