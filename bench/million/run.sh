@@ -4,6 +4,9 @@
 # For each MPIV_WORKERS in WORKERS, each N in SIZES and each order
 #   ults       rank 0 spawns N senders, rank 1 N receivers, at once
 #   recvfirst  rank 1's N receivers post their receives, then rank 0 sends
+#   spawnrecv  recvfirst with mpiv_ult_spawn_recv: each receiver starts
+#              only once its message is in, holding no stack until then
+#              (ULTs only)
 # one job `mpiv_run -n 2 million N ORDER,pingpong` runs the phase and then
 # the 64-pair ping-pong, so the reference per-message cost comes from the
 # same job. Then the same orders with N plain pthreads per rank (through
@@ -70,7 +73,7 @@ if [ $report_only = 0 ]; then
   jobs=()
   for w in ${workers//,/ }; do
     for n in ${sizes//,/ }; do
-      for o in ults recvfirst; do jobs+=("ult $w $n $o"); done
+      for o in ults recvfirst spawnrecv; do jobs+=("ult $w $n $o"); done
     done
   done
   for n in ${psizes//,/ }; do
