@@ -20,25 +20,15 @@
 static char buf[64] = "hello";
 static int rc = -1, rc2 = -1;
 static char sbuf[64];
-static mpiv_status_t sst;
-static mpiv_ult_t su;
-static int spawned = 0, sran = 0;
+/* the ULT posted before the failure (s), and the one after it (l) */
+static mpiv_status_t sst, lst;
+static mpiv_ult_t su, lu;
+static int spawned = 0, sran = 0, spawned_late = 0, lran = 0;
 
+/* A started ULT: marks the flag arg points to. */
 static void *started(void *arg)
 {
-    (void)arg;
-    sran = 1;
-    return NULL;
-}
-
-static mpiv_status_t lst;
-static mpiv_ult_t lu;
-static int spawned_late = 0, lran = 0;
-
-static void *started_late(void *arg)
-{
-    (void)arg;
-    lran = 1;
+    *(int *)arg = 1;
     return NULL;
 }
 
@@ -53,7 +43,7 @@ static void *rank1(void *arg)
         return NULL;
     /* not beside the lone ULT: a second ULT on its worker, even one that
      * never ran, makes its waits switch out, which that run counts */
-    if (arg && mpiv_ult_spawn_recv(started, NULL, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 7, &sst,
+    if (arg && mpiv_ult_spawn_recv(started, &sran, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 7, &sst,
                                    &su) == MPIV_SUCCESS)
         spawned = 1;
     srv_fault_set(fail_user_arrivals, NULL);
@@ -63,7 +53,7 @@ static void *rank1(void *arg)
     rc2 = mpiv_recv(buf, sizeof buf, 0, 5, NULL);
     /* posted after the failure: fails as it is posted, and the ULT still
      * starts, with the error in its status */
-    if (arg && mpiv_ult_spawn_recv(started_late, NULL, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 8,
+    if (arg && mpiv_ult_spawn_recv(started, &lran, MPIV_WORKER_ANY, sbuf, sizeof sbuf, 0, 8,
                                    &lst, &lu) == MPIV_SUCCESS)
         spawned_late = 1;
     return NULL;
