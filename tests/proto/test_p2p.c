@@ -6,7 +6,6 @@
  * collectives.
  */
 #include <check.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/check_main.h"
+#include "common/lib_loaded.h"
 #include "common/test_mpiv.h"
 #include "common/test_data.h"
 #include "mpiv.h"
@@ -531,23 +531,12 @@ START_TEST(progress_as_configured)
 }
 END_TEST
 
-static int note_fabric(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-    base = base ? base + 1 : info->dlpi_name;
-    if (base && strncmp(base, "libfabric.so", 12) == 0)
-        *(bool *)arg = true;
-    return 0;
-}
-
 /* libfabric is loaded only by the ofi backend (src/server/ofi.c, ofi_load):
  * a job whose ranks share one host runs on shm unless MPIV_NET says
  * otherwise, and never pays libfabric's dependencies' constructors. */
 START_TEST(libfabric_only_for_ofi)
 {
-    bool loaded = false;
-    dl_iterate_phdr(note_fabric, &loaded);
+    bool loaded = lib_loaded("libfabric.so");
     const char *net = getenv("MPIV_NET");
     bool one_host = false;
     ck_assert_int_eq(srv_all_on_one_host(&one_host), MPIV_SUCCESS);

@@ -30,7 +30,6 @@
  */
 #include <check.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -47,6 +46,7 @@
 #include "boot/boot.h"
 #include "server/srv_int.h"
 #include "common/check_main.h"
+#include "common/lib_loaded.h"
 #include "server/srv_test_hooks.h"
 #include "util/util.h"
 
@@ -785,22 +785,7 @@ START_TEST(test_no_psm_signal_handlers)
 }
 END_TEST
 
-static int note_fabric(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
-    base = base ? base + 1 : info->dlpi_name;
-    if (base && strncmp(base, "libfabric.so", 12) == 0)
-        *(bool *)arg = true;
-    return 0;
-}
-
-static bool fabric_loaded(void)
-{
-    bool loaded = false;
-    dl_iterate_phdr(note_fabric, &loaded);
-    return loaded;
-}
+static bool fabric_loaded(void) { return lib_loaded("libfabric.so"); }
 
 /* libfabric is loaded when an ofi backend starts, and only then (ofi.c,
  * ofi_load): the shm backend, and a process that never starts ofi, do not
