@@ -810,12 +810,8 @@ void sched_ult_start_on(struct mpiv_ult *u, sched_sync *s)
          * sched_ult_new) learns of it only if woken. seq_cst fence: the
          * Dekker pair with the worker's sleeping store and live load
          * (worker_loop); either it sees u live or we see it asleep. */
-        struct sched_worker *w = u->w;
         atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst) &&
-            /* relaxed: only elects one waker, as in sched_make_runnable */
-            atomic_exchange_explicit(&w->sleeping, 0, memory_order_relaxed))
-            sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+        sched_wake_sleeper(u->w);
         return;
     }
     /* Signalled already: u consumes it as its wait would (relaxed: only a

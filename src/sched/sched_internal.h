@@ -349,6 +349,17 @@ static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u
 
 /* --- the runnable set ----------------------------------------------------- */
 
+/* Wakes w if it sleeps on its futex. The caller made what w must see
+ * visible first, with a seq_cst operation or fence: the Dekker pair with
+ * w's sleeping store (top). */
+static inline void sched_wake_sleeper(struct sched_worker *w)
+{
+    if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst) &&
+        /* relaxed: only elects one waker; the futex call orders the rest */
+        atomic_exchange_explicit(&w->sleeping, 0, memory_order_relaxed))
+        sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+}
+
 /* Marks u runnable on its worker w. From w's own pthread (R5): onto the
  * private FIFO. From any other pthread: the atomic bits, and a wake-up if
  * w sleeps. */
@@ -370,10 +381,7 @@ static inline void sched_make_runnable(struct sched_worker *w, struct mpiv_ult *
     /* seq_cst: the Dekker pair with the worker's sleeping store (top). */
     atomic_fetch_or_explicit(&w->summary[wi >> 6], UINT64_C(1) << (wi & 63),
                              memory_order_seq_cst);
-    if (atomic_load_explicit(&w->sleeping, memory_order_seq_cst) &&
-        /* relaxed: only elects one waker; the futex call orders the rest */
-        atomic_exchange_explicit(&w->sleeping, 0, memory_order_relaxed))
-        sched_futex(&w->sleeping, FUTEX_WAKE, 1);
+    sched_wake_sleeper(w);
 }
 
 /* Bumps a counter of a worker that only the worker's own pthread writes

@@ -183,25 +183,26 @@ static bool psm_owns(void *fn)
     return strncmp(base, "libinfinipath", 13) == 0 || strncmp(base, "libpsm", 6) == 0;
 }
 
-/*
- * libfabric links the psm provider, whose libinfinipath installs handlers
- * for SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGINT and SIGTERM from its
- * constructor, before main: they print a backtrace and exit(1), so a rank
- * that crashes or is terminated is reported as "exited with status 1" and
- * leaves no core. Unless the user set IPATH_NO_BACKTRACE (which makes the
- * library install none), every handler that lives in those libraries goes
- * back to the default action: when libmpiv loads (a program may link
- * libfabric itself), around ofi_load's dlopen, and again after
- * fi_getinfo, which may dlopen more providers. IPATH_NO_BACKTRACE=1 is
- * exported first, so that a copy loaded later, or in a child, installs
- * nothing.
- */
 /* The handlers in place just before ofi_load's dlopen (a program's own,
  * since we load after main): what a psm handler is replaced by once that
  * has run; before it, the default action. */
 static struct sigaction before_load[NSIG];
 static bool have_before_load;
 
+/*
+ * libfabric links the psm provider, whose libinfinipath installs handlers
+ * for SIGSEGV, SIGBUS, SIGABRT, SIGILL, SIGINT and SIGTERM from its
+ * constructor, before main: they print a backtrace and exit(1), so a rank
+ * that crashes or is terminated is reported as "exited with status 1" and
+ * leaves no core. Unless the user set IPATH_NO_BACKTRACE (which makes the
+ * library install none), every handler that lives in those libraries is
+ * replaced (by the one in place before ofi_load's dlopen, else by the
+ * default action): when libmpiv loads (a program may link
+ * libfabric itself), around ofi_load's dlopen, and again after
+ * fi_getinfo, which may dlopen more providers. IPATH_NO_BACKTRACE=1 is
+ * exported first, so that a copy loaded later, or in a child, installs
+ * nothing.
+ */
 static void ofi_drop_psm_handlers(void)
 {
     static bool user_set, checked;
