@@ -119,9 +119,9 @@ struct srv_backend {
 /*
  * libfabric is loaded when this backend first starts (ofi_load), not with
  * libmpiv. Loading it runs its dependencies' constructors, and the psm
- * provider's libinfinipath spends about 0.2 s in one (some 900 usleep
- * calls, calibrating its clock) in every process that links libfabric,
- * before main. A job on one host (shm, the default there) never loads it.
+ * provider's libinfinipath sleeps in one, calibrating its clock, in every
+ * process that links libfabric, before main (docs/perf/launcher.md has how
+ * long). A job on one host (shm, the default there) never loads it.
  * These five are all of libfabric's own functions that we call (the rest
  * of its API is inline, through each object's ops table); each is bound
  * at the symbol version a plain link against the same libfabric picks
