@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "proto.h"
+#include "pktpool/pktcopy.h"
 #include "util/bias.h"
 
 int mpiv_initialized(void) { return proto.initialized; }
@@ -169,5 +170,11 @@ int mpiv_finalize(void)
     pkt_pool_destroy(proto.pool);
     proto.ht = NULL;
     proto.pool = NULL;
+    /* Copies still held now are messages that arrived and that no receive
+     * took: their memory stays (the next mpiv_init reuses it). */
+    size_t unreceived = pkt_copy_release();
+    if (unreceived)
+        util_log_info("mpiv_finalize: %zu copies of messages that arrived were never received",
+                      unreceived);
     return rc ? rc : rc2 ? rc2 : rc3;
 }

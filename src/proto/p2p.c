@@ -157,6 +157,7 @@
 
 #include "comm.h"
 #include "proto.h"
+#include "pktpool/pktcopy.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
 #include "util/bias.h"
@@ -404,29 +405,25 @@ static void proto_pkt_put(pkt_t *p, bool server)
 /* Heap copies shaped like packets (I5) have this index: a pool index is
  * below the pool's size. */
 #define PROTO_HEAP_IDX UINT32_MAX
-/* Where a heap copy keeps the address malloc gave (heap_copy_new): a
- * backend's scratch, which a heap copy never goes to. */
-#define PROTO_HEAP_RAW 4
+/* Where a heap copy keeps the size it was taken with (heap_copy_new), for
+ * pkt_copy_free: a backend's scratch, which a heap copy never goes to. */
+#define PROTO_HEAP_LEN 4
 
 static inline bool proto_is_heap(const pkt_t *p) { return p->idx == PROTO_HEAP_IDX; }
 
 /* A heap copy with room for len data bytes, its idx set; NULL if out of
- * memory. A packet is 64-byte aligned, but glibc's aligned_alloc splits a
- * larger chunk and frees the rest on every call: malloc, aligned by hand,
- * costs one malloc and one free. */
+ * memory. */
 static pkt_t *heap_copy_new(size_t len)
 {
-    size_t pad = 64 - _Alignof(max_align_t);
-    void *raw = malloc(sizeof(pkt_t) + len + pad);
-    if (!raw)
+    pkt_t *c = pkt_copy_alloc(len);
+    if (!c)
         return NULL;
-    pkt_t *c = (pkt_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     c->idx = PROTO_HEAP_IDX;
-    c->srv_ctx[PROTO_HEAP_RAW] = raw;
+    c->srv_ctx[PROTO_HEAP_LEN] = (void *)(uintptr_t)len;
     return c;
 }
 
-static void heap_copy_free(pkt_t *p) { free(p->srv_ctx[PROTO_HEAP_RAW]); }
+static void heap_copy_free(pkt_t *p) { pkt_copy_free(p, (size_t)(uintptr_t)p->srv_ctx[PROTO_HEAP_LEN]); }
 
 /* What a packet carries, from src into dst (which has room for it): its
  * data, their length and its peer; dst keeps its own identity (idx, the

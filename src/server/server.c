@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
+#include "pktpool/pktcopy.h"
 #include "server/srv_int.h"
 #include "util/atomic.h"
 #include "util/spinlock.h"
@@ -359,7 +360,7 @@ static pkt_t *copy_new(size_t len, int peer, bool capped)
     pkt_t *c = NULL;
     if (!capped ||
         was + bytes <= atomic_load_explicit(&srv_g.copy_cap, memory_order_relaxed))
-        c = aligned_alloc(64, (size_t)bytes);
+        c = pkt_copy_alloc(len);
     if (!c) {
         atomic_fetch_sub_explicit(&srv_g.copies_queued, bytes, memory_order_relaxed);
         return NULL;
@@ -382,7 +383,7 @@ static void pkt_done(pkt_t *p)
     }
     atomic_fetch_sub_explicit(&srv_g.copies_queued, (long)copy_bytes(p->len),
                               memory_order_relaxed);
-    free(p);
+    pkt_copy_free(p, p->len);
 }
 
 /* What waits in the queue for item (Q1): the item itself, or for a pool
@@ -1324,7 +1325,7 @@ static void srv_teardown(bool graceful)
     for (uintptr_t item = srv_g.q_head, next; item; item = next) {
         next = *q_link(item);
         if (!(item & QTAG_OP) && ((pkt_t *)item)->idx == SRV_COPY_IDX)
-            free((pkt_t *)item);
+            pkt_copy_free((pkt_t *)item, ((pkt_t *)item)->len);
     }
     atomic_store(&srv_g.copies_queued, 0);
     srv_g.q_head = srv_g.q_tail = 0;

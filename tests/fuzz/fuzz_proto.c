@@ -60,6 +60,7 @@
 
 #include "fuzz_ops.h"
 #include "proto/proto.h"
+#include "pktpool/pktcopy.h"
 
 #define FAIL(...)                                                                  \
     do {                                                                           \
@@ -1018,6 +1019,10 @@ static void drain_and_check(void)
     long unexpected = atomic_load(&proto.unexpected);
     if (unexpected != 0)
         FAIL("unexpected count is %ld with nothing unexpected", unexpected);
+    /* heap copies of early messages (p2p.c, I5) all given back */
+    size_t copies = pkt_copy_held();
+    if (copies != 0)
+        FAIL("%zu heap copies still held after the drain", copies);
     size_t free_pkts = 0;
     pkt_t *held[FUZZ_PACKETS];
     pkt_t *p;

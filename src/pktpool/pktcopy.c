@@ -1,0 +1,197 @@
+/*
+ * pktcopy.c — packet-shaped heap blocks (see pktcopy.h for the contract).
+ *
+ * Why not malloc: a backlog of small copies (a million early messages at a
+ * receiver, a queue of sends behind a full ring) is freed in about the
+ * order it was taken, long after. glibc then coalesces each freed chunk
+ * with its neighbours (their headers are cache misses by then), and a
+ * 64-byte-aligned request splits a larger chunk on every call; both showed
+ * as the largest items of the receiver's and the sender's profiles in
+ * `million 1M` (docs/perf/sched.md). A free list of same-sized cells gives
+ * a block back by writing one link, and takes the last one given back
+ * (LIFO: still in the cache) when there is one.
+ *
+ * Layout
+ *   Class c serves blocks of c + 2 cache lines (the pkt_t header and up to
+ *   (c + 1) * 64 data bytes), c < PC_CLASSES. Each class has a free list
+ *   linked through pkt_t.next, and a current chunk carved from `bump`
+ *   towards `end`, all under the class's spinlock. A chunk is PC_CHUNK
+ *   bytes from aligned_alloc; its first line links it into the class's list
+ *   of chunks, the cells follow.
+ *
+ * Invariants (per class, under its lock)
+ *   C1  A cell of a chunk is in exactly one of: the free list, held (taken
+ *       and not given back), or not carved yet (at or past bump in the
+ *       current chunk, or past the point where a replaced chunk stopped).
+ *   C2  held == cells carved - cells on the free list.
+ *   C3  Memory is never allocated or freed while the lock is held (a
+ *       spinlock is never held across a system call): a new chunk is
+ *       allocated with the lock dropped, and the take starts over.
+ *   C4  Chunks are freed only by pkt_copy_release, and only when no class
+ *       holds a cell: so no block anyone holds ever points into freed
+ *       memory.
+ * Under AddressSanitizer only a held block's header and its len data
+ * bytes are addressable: the rest of its cell, a cell on the free list
+ * (but its link word) and a cell not carved yet are poisoned, so a read
+ * past len or a use after pkt_copy_free is reported as with malloc.
+ */
+#include "pktpool/pktcopy.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "util/spinlock.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define PC_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define PC_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define PC_POISON(p, n) ((void)(p), (void)(n))
+#define PC_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define PC_LINE 64
+#define PC_CLASSES (PKT_COPY_SMALL_MAX / PC_LINE)
+#define PC_CHUNK ((size_t)1 << 20)
+_Static_assert(sizeof(pkt_t) == PC_LINE, "a cell starts with one header line");
+_Static_assert(PKT_COPY_SMALL_MAX % PC_LINE == 0, "classes are whole lines");
+
+struct pc_chunk {
+    struct pc_chunk *next;
+};
+
+struct pc_class {
+    _Alignas(UTIL_CACHELINE) util_spinlock lock;
+    pkt_t *free;                     /* C1: given back, LIFO          */
+    unsigned char *bump, *end;       /* the current chunk's uncarved part */
+    struct pc_chunk *chunks;         /* every chunk of this class     */
+    size_t held;                     /* C2                            */
+};
+
+static struct pc_class pc_classes[PC_CLASSES];
+/* Large blocks held (aligned_alloc), for pkt_copy_held. */
+static atomic_size_t pc_large_held;
+
+static inline size_t pc_cell_bytes(unsigned c) { return (size_t)(c + 2) * PC_LINE; }
+
+/* The class of a block with len data bytes; len <= PKT_COPY_SMALL_MAX. A
+ * block with no data still takes one data line. */
+static inline unsigned pc_class_of(size_t len) { return len ? (unsigned)((len - 1) / PC_LINE) : 0; }
+
+static inline void pc_poison_cell(pkt_t *p, size_t bytes)
+{
+    PC_POISON((unsigned char *)p + sizeof p->next, bytes - sizeof p->next);
+}
+
+pkt_t *pkt_copy_alloc(size_t len)
+{
+    if (len > PKT_COPY_SMALL_MAX) {
+        if (len > SIZE_MAX - sizeof(pkt_t) - PC_LINE)
+            return NULL;
+        size_t bytes = (sizeof(pkt_t) + len + PC_LINE - 1) & ~(size_t)(PC_LINE - 1);
+        pkt_t *p = aligned_alloc(PC_LINE, bytes);
+        if (p) /* relaxed: a count for statistics and tests */
+            atomic_fetch_add_explicit(&pc_large_held, 1, memory_order_relaxed);
+        return p;
+    }
+    unsigned c = pc_class_of(len);
+    struct pc_class *k = &pc_classes[c];
+    size_t cell = pc_cell_bytes(c);
+    for (;;) {
+        util_spin_lock(&k->lock);
+        pkt_t *p = k->free;
+        if (p) {
+            k->free = p->next;
+            k->held++;
+            util_spin_unlock(&k->lock);
+            PC_UNPOISON(p, sizeof *p + len);
+            return p;
+        }
+        if (k->bump && (size_t)(k->end - k->bump) >= cell) {
+            p = (pkt_t *)k->bump;
+            k->bump += cell;
+            k->held++;
+            util_spin_unlock(&k->lock);
+            PC_UNPOISON(p, sizeof *p + len);
+            return p;
+        }
+        util_spin_unlock(&k->lock);
+        /* C3: a new chunk, allocated with the lock dropped */
+        struct pc_chunk *ch = aligned_alloc(PC_LINE, PC_CHUNK);
+        if (!ch)
+            return NULL;
+        unsigned char *cells = (unsigned char *)ch + PC_LINE;
+        PC_POISON(cells, PC_CHUNK - PC_LINE);
+        util_spin_lock(&k->lock);
+        /* Another thread may have carved a chunk meanwhile: ours replaces
+         * it all the same, what is left of that one stays uncarved (C1). */
+        ch->next = k->chunks;
+        k->chunks = ch;
+        k->bump = cells;
+        k->end = (unsigned char *)ch + PC_CHUNK;
+        util_spin_unlock(&k->lock);
+    }
+}
+
+void pkt_copy_free(pkt_t *p, size_t len)
+{
+    if (!p)
+        return;
+    if (len > PKT_COPY_SMALL_MAX) {
+        atomic_fetch_sub_explicit(&pc_large_held, 1, memory_order_relaxed);
+        free(p);
+        return;
+    }
+    unsigned c = pc_class_of(len);
+    struct pc_class *k = &pc_classes[c];
+    pc_poison_cell(p, pc_cell_bytes(c));
+    util_spin_lock(&k->lock);
+    p->next = k->free;
+    k->free = p;
+    k->held--;
+    util_spin_unlock(&k->lock);
+}
+
+size_t pkt_copy_held(void)
+{
+    size_t n = atomic_load_explicit(&pc_large_held, memory_order_relaxed);
+    for (unsigned c = 0; c < PC_CLASSES; c++) {
+        util_spin_lock(&pc_classes[c].lock);
+        n += pc_classes[c].held;
+        util_spin_unlock(&pc_classes[c].lock);
+    }
+    return n;
+}
+
+size_t pkt_copy_release(void)
+{
+    size_t held = 0;
+    for (unsigned c = 0; c < PC_CLASSES; c++)
+        util_spin_lock(&pc_classes[c].lock);
+    for (unsigned c = 0; c < PC_CLASSES; c++)
+        held += pc_classes[c].held;
+    struct pc_chunk *chunks[PC_CLASSES] = {0};
+    if (!held) {
+        for (unsigned c = 0; c < PC_CLASSES; c++) {
+            struct pc_class *k = &pc_classes[c];
+            chunks[c] = k->chunks;
+            k->chunks = NULL;
+            k->free = NULL;
+            k->bump = k->end = NULL;
+        }
+    }
+    for (unsigned c = 0; c < PC_CLASSES; c++)
+        util_spin_unlock(&pc_classes[c].lock);
+    /* C3, C4: freed with the locks dropped, unreachable from the classes */
+    for (unsigned c = 0; c < PC_CLASSES; c++) {
+        while (chunks[c]) {
+            struct pc_chunk *next = chunks[c]->next;
+            PC_UNPOISON(chunks[c], PC_CHUNK);
+            free(chunks[c]);
+            chunks[c] = next;
+        }
+    }
+    return held;
+}
