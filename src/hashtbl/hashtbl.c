@@ -744,6 +744,11 @@ __attribute__((no_sanitize("thread"))) void ht_prefetch(struct ht_table *t, ht_k
     __builtin_prefetch(&b[ht_home(h, mask)]);
 }
 
+void ht_prefetch_stripe(struct ht_table *t, ht_key k)
+{
+    __builtin_prefetch(ht_stripe_of(t, ht_hash(k)));
+}
+
 __attribute__((no_sanitize("thread"))) bool ht_grown(struct ht_table *t)
 {
     return t->stripes[0].mask > t->stripes[0].min_mask;

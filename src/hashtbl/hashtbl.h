@@ -127,6 +127,10 @@ ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
  * that a batch of lookups can overlap their misses. Only a hint: it takes
  * no lock, and a table being resized meanwhile only wastes it. */
 void ht_prefetch(struct ht_table *t, ht_key k);
+/* Asks for the line of k's stripe, which ht_prefetch(k) reads (and stalls
+ * on if it misses): a step earlier in a pipeline of prefetches. Reads
+ * nothing itself. */
+void ht_prefetch_stripe(struct ht_table *t, ht_key k);
 /* Whether the table has grown past the size it started with (judged by
  * one stripe, without its lock: the stripes grow together, keys being
  * spread over them by hash): then lookups miss the cache, and prefetching

@@ -1379,6 +1379,16 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
     if (size > proto_eager_max(src) && !srv_can_read(src))
         r->reg_err = srv_mr_get(buf, size, &r->mr);
     ht_key k = ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag);
+    if (ht_grown(proto.ht)) {
+        /* A backlog: this lookup and the next ones miss the cache. A
+         * program that posts many receives numbers them (tag = the index
+         * of a task, a vertex, a row), so ask now for the bucket that the
+         * receive of tag + 8 will read, and for the stripe line that tag
+         * + 16's will start from (prefetching a bucket reads its stripe,
+         * which must not miss in turn). A wrong guess costs two hashes. */
+        ht_prefetch_stripe(proto.ht, ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag + 16));
+        ht_prefetch(proto.ht, ht_make_key((unsigned)ctx, (uint32_t)src, (uint32_t)tag + 8));
+    }
     ht_value v = ht_match_or_insert(proto.ht, k, ht_val(r, HT_KIND_REQ));
     if (util_unlikely(v == HT_DEFER))
         v = proto_post_ordered(k, r); /* a wildcard receive waits: numbered */
