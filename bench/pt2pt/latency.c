@@ -100,7 +100,7 @@ static void *run(void *unused)
         }
         double lat = pingpong(me, size, sbuf, rbuf);
         if (me == 0) {
-            printf("%-12zu %14.2f\n", size, lat);
+            printf("%-12zu %14.3f\n", size, lat);
             fflush(stdout);
         }
     }
