@@ -22,7 +22,9 @@
  * Invariants (per class, under its lock)
  *   C1  A cell of a chunk is in exactly one of: the free list, held (taken
  *       and not given back), or not carved yet (at or past bump in the
- *       current chunk, or past the point where a replaced chunk stopped).
+ *       current chunk). A chunk is installed only when the class has no
+ *       free cell and no room left in its current one, so every chunk but
+ *       the current is carved whole.
  *   C2  held == cells carved - cells on the free list.
  *   C3  Memory is never allocated or freed while the lock is held (a
  *       spinlock is never held across a system call): a new chunk is
@@ -42,6 +44,7 @@
 #include <stdlib.h>
 
 #include "util/spinlock.h"
+#include "util/util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -125,8 +128,15 @@ pkt_t *pkt_copy_alloc(size_t len)
         unsigned char *cells = (unsigned char *)ch + PC_LINE;
         PC_POISON(cells, PC_CHUNK - PC_LINE);
         util_spin_lock(&k->lock);
-        /* Another thread may have carved a chunk meanwhile: ours replaces
-         * it all the same, what is left of that one stays uncarved (C1). */
+        if (k->free || (k->bump && (size_t)(k->end - k->bump) >= cell)) {
+            /* another thread made a chunk, or a block came back,
+             * meanwhile: take from those, so that no chunk is left with
+             * most of it uncarved */
+            util_spin_unlock(&k->lock);
+            PC_UNPOISON(ch, PC_CHUNK);
+            free(ch);
+            continue;
+        }
         ch->next = k->chunks;
         k->chunks = ch;
         k->bump = cells;
@@ -146,6 +156,13 @@ void pkt_copy_free(pkt_t *p, size_t len)
     }
     unsigned c = pc_class_of(len);
     struct pc_class *k = &pc_classes[c];
+#if defined(__SANITIZE_ADDRESS__)
+    /* A held block's header is addressable; a free cell's is poisoned
+     * past its link word: so this is a block given back twice, which
+     * would otherwise link the cell to itself and hand it out for ever. */
+    if (__asan_address_is_poisoned((unsigned char *)p + sizeof p->next))
+        util_fatal("pkt_copy_free: block %p given back twice", (void *)p);
+#endif
     pc_poison_cell(p, pc_cell_bytes(c));
     util_spin_lock(&k->lock);
     p->next = k->free;
@@ -193,5 +210,5 @@ size_t pkt_copy_release(void)
             chunks[c] = next;
         }
     }
-    return held;
+    return held + atomic_load_explicit(&pc_large_held, memory_order_relaxed);
 }

@@ -26,13 +26,15 @@
 /* A block with room for len data bytes, or NULL when out of memory. Its
  * header's fields are garbage: the caller sets what it uses. */
 pkt_t *pkt_copy_alloc(size_t len);
-/* Gives back a block of pkt_copy_alloc(len) (NULL: nothing). */
+/* Gives back a block of pkt_copy_alloc(len) (NULL: nothing). Under
+ * AddressSanitizer a block given back twice is fatal. */
 void pkt_copy_free(pkt_t *p, size_t len);
 
 /* Blocks held now (taken and not given back), over all sizes. */
 size_t pkt_copy_held(void);
 /* Frees the classes' memory if no small block is held; returns the number
- * of small blocks still held (then nothing is freed). */
+ * of blocks still held, large ones included (the classes' memory stays
+ * while a small one is). */
 size_t pkt_copy_release(void);
 
 #endif

@@ -166,15 +166,19 @@ int mpiv_finalize(void)
     proto_p2p_fini();
     proto_handle_fini();
     proto_req_cache_flush();
+    size_t unreceived = proto_unreceived_drop();
+    if (unreceived)
+        util_log_info("mpiv_finalize: %zu message%s arrived that no receive took", unreceived,
+                      unreceived == 1 ? "" : "s");
     ht_destroy(proto.ht);
     pkt_pool_destroy(proto.pool);
     proto.ht = NULL;
     proto.pool = NULL;
-    /* Copies still held now are messages that arrived and that no receive
-     * took: their memory stays (the next mpiv_init reuses it). */
-    size_t unreceived = pkt_copy_release();
-    if (unreceived)
-        util_log_info("mpiv_finalize: %zu copies of messages that arrived were never received",
-                      unreceived);
+    /* Every copy is back by now (the server freed its queue, the table's
+     * were dropped above); one still held would be a leak, and then the
+     * copies' memory stays rather than be freed under it. */
+    size_t held = pkt_copy_release();
+    if (held)
+        util_log_warn("mpiv_finalize: %zu packet copies were never given back", held);
     return rc ? rc : rc2 ? rc2 : rc3;
 }

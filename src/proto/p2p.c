@@ -1424,6 +1424,24 @@ int proto_p2p_init(void)
     return MPIV_SUCCESS;
 }
 
+static void unreceived_drop(ht_value v, void *arg)
+{
+    if (ht_kind(v) != HT_KIND_PKT)
+        return; /* a receive still posted: its owner's request */
+    ++*(size_t *)arg;
+    pkt_t *p = ht_ptr(v);
+    if (proto_is_heap(p))
+        heap_copy_free(p);
+    /* a pool packet goes with the pool */
+}
+
+size_t proto_unreceived_drop(void)
+{
+    size_t n = 0;
+    ht_visit(proto.ht, unreceived_drop, &n);
+    return n;
+}
+
 void proto_p2p_fini(void)
 {
     free(proto.credit);

@@ -363,6 +363,10 @@ void proto_p2p_fini(void);
 /* Frees the buffered sends (p2p.c, I8) still held; only once the server
  * stopped (mpiv_finalize). */
 void proto_buffered_drop(void);
+/* Frees the heap copies of messages that arrived and that no receive took,
+ * still in the table (mpiv_finalize, once the server stopped); returns how
+ * many messages were left there, copies or pool packets. */
+size_t proto_unreceived_drop(void);
 
 static inline struct proto_hdr *proto_hdr_of(pkt_t *p) { return (struct proto_hdr *)p->data; }
 

@@ -7,6 +7,7 @@
  * each other's stamps. */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -144,6 +145,16 @@ START_TEST(asan_bounds)
     ck_assert_ptr_null(__asan_region_is_poisoned(b, sizeof *p + 8));
     ck_assert(__asan_address_is_poisoned(b + sizeof *p + 8));
     pkt_copy_free(q, 8);
+}
+END_TEST
+
+/* A block given back twice aborts instead of linking its cell to itself
+ * (which would hand the cell to every later taker). */
+START_TEST(asan_double_free_aborts)
+{
+    pkt_t *p = pkt_copy_alloc(40);
+    pkt_copy_free(p, 40);
+    pkt_copy_free(p, 40);
 }
 END_TEST
 #endif
@@ -306,6 +317,7 @@ static Suite *pktcopy_suite(void)
     tcase_add_test(tc, release_only_when_none_held);
 #if defined(__SANITIZE_ADDRESS__)
     tcase_add_test(tc, asan_bounds);
+    tcase_add_test_raise_signal(tc, asan_double_free_aborts, SIGABRT);
 #endif
     suite_add_tcase(s, tc);
     TCase *tcc = tcase_create("concurrent");
