@@ -24,14 +24,16 @@
  *       and not given back), or not carved yet (at or past bump in the
  *       current chunk). A chunk is installed only when the class has no
  *       free cell and no room left in its current one, so every chunk but
- *       the current is carved whole.
+ *       the current is carved to its end (less than a cell left).
  *   C2  held == cells carved - cells on the free list.
  *   C3  Memory is never allocated or freed while the lock is held (a
  *       spinlock is never held across a system call): a new chunk is
- *       allocated with the lock dropped, and the take starts over.
- *   C4  Chunks are freed only by pkt_copy_release, and only when no class
- *       holds a cell: so no block anyone holds ever points into freed
- *       memory.
+ *       allocated with the lock dropped, and the take is tried again
+ *       before it is installed (a chunk that lost that race is freed
+ *       unused).
+ *   C4  Installed chunks are freed only by pkt_copy_release, and only when
+ *       no class holds a cell: so no block anyone holds ever points into
+ *       freed memory.
  * Under AddressSanitizer only a held block's header and its len data
  * bytes are addressable: the rest of its cell, a cell on the free list
  * (but its link word) and a cell not carved yet are poisoned, so a read
@@ -88,6 +90,24 @@ static inline void pc_poison_cell(pkt_t *p, size_t bytes)
     PC_POISON((unsigned char *)p + sizeof p->next, bytes - sizeof p->next);
 }
 
+/* A cell of class k (cells of `cell` bytes), counted held: the one given
+ * back last, else the next of the current chunk; NULL if there is neither.
+ * Under k's lock. */
+static pkt_t *pc_take(struct pc_class *k, size_t cell)
+{
+    pkt_t *p = k->free;
+    if (p) {
+        k->free = p->next;
+    } else if (k->bump && (size_t)(k->end - k->bump) >= cell) {
+        p = (pkt_t *)k->bump;
+        k->bump += cell;
+    } else {
+        return NULL;
+    }
+    k->held++;
+    return p;
+}
+
 pkt_t *pkt_copy_alloc(size_t len)
 {
     if (len > PKT_COPY_SMALL_MAX) {
@@ -102,47 +122,36 @@ pkt_t *pkt_copy_alloc(size_t len)
     unsigned c = pc_class_of(len);
     struct pc_class *k = &pc_classes[c];
     size_t cell = pc_cell_bytes(c);
-    for (;;) {
-        util_spin_lock(&k->lock);
-        pkt_t *p = k->free;
-        if (p) {
-            k->free = p->next;
-            k->held++;
-            util_spin_unlock(&k->lock);
-            PC_UNPOISON(p, sizeof *p + len);
-            return p;
-        }
-        if (k->bump && (size_t)(k->end - k->bump) >= cell) {
-            p = (pkt_t *)k->bump;
-            k->bump += cell;
-            k->held++;
-            util_spin_unlock(&k->lock);
-            PC_UNPOISON(p, sizeof *p + len);
-            return p;
-        }
-        util_spin_unlock(&k->lock);
+    util_spin_lock(&k->lock);
+    pkt_t *p = pc_take(k, cell);
+    util_spin_unlock(&k->lock);
+    if (!p) {
         /* C3: a new chunk, allocated with the lock dropped */
         struct pc_chunk *ch = aligned_alloc(PC_LINE, PC_CHUNK);
         if (!ch)
             return NULL;
-        unsigned char *cells = (unsigned char *)ch + PC_LINE;
-        PC_POISON(cells, PC_CHUNK - PC_LINE);
+        PC_POISON((unsigned char *)ch + PC_LINE, PC_CHUNK - PC_LINE);
         util_spin_lock(&k->lock);
-        if (k->free || (k->bump && (size_t)(k->end - k->bump) >= cell)) {
-            /* another thread made a chunk, or a block came back,
-             * meanwhile: take from those, so that no chunk is left with
-             * most of it uncarved */
-            util_spin_unlock(&k->lock);
+        /* Another thread may have made a chunk, or given a block back,
+         * meanwhile: then ours goes, so that no chunk is left with most of
+         * it uncarved (C1). */
+        p = pc_take(k, cell);
+        if (!p) {
+            ch->next = k->chunks;
+            k->chunks = ch;
+            k->bump = (unsigned char *)ch + PC_LINE;
+            k->end = (unsigned char *)ch + PC_CHUNK;
+            ch = NULL;
+            p = pc_take(k, cell);
+        }
+        util_spin_unlock(&k->lock);
+        if (ch) {
             PC_UNPOISON(ch, PC_CHUNK);
             free(ch);
-            continue;
         }
-        ch->next = k->chunks;
-        k->chunks = ch;
-        k->bump = cells;
-        k->end = (unsigned char *)ch + PC_CHUNK;
-        util_spin_unlock(&k->lock);
     }
+    PC_UNPOISON(p, sizeof *p + len);
+    return p;
 }
 
 void pkt_copy_free(pkt_t *p, size_t len)
