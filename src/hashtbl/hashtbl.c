@@ -269,31 +269,6 @@ void ht_destroy(struct ht_table *t)
     free(t);
 }
 
-void ht_visit(struct ht_table *t, void (*fn)(ht_value v, void *arg), void *arg)
-{
-    if (!t)
-        return;
-    for (size_t i = 0; i <= t->smask; i++) {
-        struct ht_stripe *s = &t->stripes[i];
-        if (!s->b)
-            break;
-        for (size_t j = 0; j <= s->mask; j++)
-            for (int e = 0; e < HT_SLOTS; e++) {
-                ht_value v = s->b[j].e[e].val;
-                if (v == HT_EMPTY)
-                    continue; /* I1 */
-                if (!(s->b[j].qmask & (1u << e))) {
-                    fn(v, arg);
-                    continue;
-                }
-                struct ht_queue *q = ht_ptr(v); /* I4 */
-                for (uint32_t n = 0, at = q->head; n < q->count;
-                     n++, at = at + 1 == q->cap ? 0 : at + 1)
-                    fn(q->ring[at], arg);
-            }
-    }
-}
-
 static inline ht_value ht_queue_pop(struct ht_queue *q)
 {
     ht_value v = q->ring[q->head];

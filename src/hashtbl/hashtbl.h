@@ -109,10 +109,6 @@ struct ht_table;
  * no memory. */
 int ht_create(struct ht_table **t, size_t nbuckets);
 void ht_destroy(struct ht_table *t);
-/* Calls fn(v, arg) for every value waiting in the table, those of a key in
- * the order they were queued, and leaves the table as it was. For tearing
- * down only: no other operation may run meanwhile (no lock is taken). */
-void ht_visit(struct ht_table *t, void (*fn)(ht_value v, void *arg), void *arg);
 
 /* v must not be HT_EMPTY (a NULL request pointer). Never fails: running
  * out of memory to grow the table or a per-key queue is fatal. */

@@ -1424,11 +1424,17 @@ int proto_p2p_init(void)
     return MPIV_SUCCESS;
 }
 
-static void unreceived_drop(ht_value v, void *arg)
+/* An arrived message, not a receive still posted (its owner's request). */
+static int is_arrival(ht_key k, ht_value v, void *arg)
 {
-    if (ht_kind(v) != HT_KIND_PKT)
-        return; /* a receive still posted: its owner's request */
-    ++*(size_t *)arg;
+    (void)k;
+    (void)arg;
+    return ht_kind(v) == HT_KIND_PKT;
+}
+
+static void arrival_drop(ht_value v, void *arg)
+{
+    (void)arg;
     pkt_t *p = ht_ptr(v);
     if (proto_is_heap(p))
         heap_copy_free(p);
@@ -1437,9 +1443,7 @@ static void unreceived_drop(ht_value v, void *arg)
 
 size_t proto_unreceived_drop(void)
 {
-    size_t n = 0;
-    ht_visit(proto.ht, unreceived_drop, &n);
-    return n;
+    return ht_remove_if(proto.ht, is_arrival, NULL, arrival_drop);
 }
 
 void proto_p2p_fini(void)

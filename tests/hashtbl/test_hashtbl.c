@@ -529,81 +529,6 @@ START_TEST(remove_if_keeps_the_rest_in_order)
 }
 END_TEST
 
-/* ht_visit: every waiting value once, a key's in queue order (inline
- * values, queues that wrapped around, a grown table), and the table left
- * as it was. */
-struct visit_log {
-    int n;
-    ht_value v[4096];
-};
-
-static void log_value(ht_value v, void *arg)
-{
-    struct visit_log *l = arg;
-    ck_assert_int_lt(l->n, 4096);
-    l->v[l->n++] = v;
-}
-
-START_TEST(visit_sees_every_value_in_order)
-{
-    struct ht_table *t;
-    ck_assert_int_eq(ht_create(&t, 64), MPIV_SUCCESS);
-    struct visit_log *l = calloc(1, sizeof *l);
-    ck_assert_ptr_nonnull(l);
-    ht_visit(t, log_value, l);
-    ck_assert_int_eq(l->n, 0);
-    /* 1000 keys with one packet each (the table grows), one key with 9
-     * packets queued after 4 were taken (its ring of 10 wrapped), one with
-     * 3 requests */
-    for (int i = 0; i < 1000; i++)
-        ck_assert_uint_eq(ht_match_or_insert(t, ht_make_key(HT_CTX_USER, 1, (uint32_t)i), P(i)),
-                          HT_EMPTY);
-    ht_key q = ht_make_key(HT_CTX_USER, 2, 7);
-    for (int i = 0; i < 8; i++)
-        ck_assert_uint_eq(ht_match_or_insert(t, q, P(1000 + i)), HT_EMPTY);
-    for (int i = 0; i < 4; i++)
-        ck_assert_uint_eq(ht_match_or_insert(t, q, R(i)), P(1000 + i));
-    for (int i = 8; i < 13; i++)
-        ck_assert_uint_eq(ht_match_or_insert(t, q, P(1000 + i)), HT_EMPTY);
-    ht_key r = ht_make_key(HT_CTX_USER, 3, 9);
-    for (int i = 0; i < 3; i++)
-        ck_assert_uint_eq(ht_match_or_insert(t, r, R(100 + i)), HT_EMPTY);
-    size_t before = ht_count(t);
-    ck_assert_uint_eq(before, 1000 + 9 + 3);
-
-    ht_visit(t, log_value, l);
-    ck_assert_int_eq(l->n, (int)before);
-    int seen[1013] = {0}, last_q = -1, last_r = -1;
-    for (int i = 0; i < l->n; i++) {
-        ht_value v = l->v[i];
-        if (ht_kind(v) == HT_KIND_PKT) {
-            int id = (int)((struct obj *)ht_ptr(v) - pkts);
-            ck_assert(id >= 0 && id < 1013);
-            ck_assert_int_eq(seen[id]++, 0);
-            if (id >= 1000) { /* the queued key: FIFO */
-                ck_assert_int_gt(id, last_q);
-                last_q = id;
-            }
-        } else {
-            int id = (int)((struct obj *)ht_ptr(v) - reqs);
-            ck_assert(id >= 100 && id < 103);
-            ck_assert_int_gt(id, last_r);
-            last_r = id;
-        }
-    }
-    for (int i = 0; i < 1000; i++)
-        ck_assert_int_eq(seen[i], 1);
-    for (int i = 1004; i < 1013; i++)
-        ck_assert_int_eq(seen[i], 1);
-    ck_assert_int_eq(last_r, 102);
-    /* unchanged: the next match still takes the oldest */
-    ck_assert_uint_eq(ht_count(t), before);
-    ck_assert_uint_eq(ht_match_or_insert(t, q, R(50)), P(1004));
-    free(l);
-    ht_destroy(t);
-}
-END_TEST
-
 static Suite *hashtbl_suite(void)
 {
     Suite *s = suite_create("hashtbl");
@@ -626,7 +551,6 @@ static Suite *hashtbl_suite(void)
     tcase_add_test(tc, remove_if_keeps_the_rest_in_order);
     tcase_add_test(tc, emptied_queue_is_kept_for_the_next);
     tcase_add_test(tc, big_queue_is_not_kept);
-    tcase_add_test(tc, visit_sees_every_value_in_order);
     suite_add_tcase(s, tc);
     return s;
 }
