@@ -81,8 +81,14 @@ fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
  * up in well under a microsecond), then calls sched_yield() until
  * UTIL_IDLE_YIELD_NS (lets a server thread sharing the core run), then
  * sleeps on a futex until a remote signal wakes it (util.h, idle.c). */
-/* A pthread waiter's spins before it sleeps in the kernel. */
+/* A pthread waiter's spins before it sleeps in the kernel, where a server
+ * thread runs (a core for every thread): the signaller runs on another
+ * core, and a signal within about 100 us is taken without a futex. */
 #define SCHED_PTHREAD_SPINS 4000
+/* Without a server thread (sched_set_idle_stay: fewer cores than threads)
+ * a spin holds a core that the worker which will signal may need: the
+ * waiter yields its core this many times instead, then sleeps. */
+#define SCHED_PTHREAD_YIELDS 100
 /* Stacks mapped at once per worker: the first chunk holds
  * SCHED_STACK_CHUNK_MIN, each next one twice as many, up to
  * SCHED_STACK_CHUNK (IOV_MAX: one batched process_madvise per chunk). */
@@ -456,11 +462,16 @@ static inline void sched_wait_pthread(sched_sync *s)
         atomic_store_explicit(&s->state, 0, memory_order_relaxed);
         return;
     }
-    for (int i = 0; i < SCHED_PTHREAD_SPINS; i++) {
+    /* relaxed: a setting, fixed while threads wait */
+    bool scarce = atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed);
+    for (int i = 0, n = scarce ? SCHED_PTHREAD_YIELDS : SCHED_PTHREAD_SPINS; i < n; i++) {
         /* acquire: pairs with the signaller's release exchange */
         if (atomic_load_explicit(&p.flag, memory_order_acquire) == 1)
             return;
-        util_cpu_relax();
+        if (scarce)
+            sched_yield();
+        else
+            util_cpu_relax();
     }
     int expect = 0;
     /* acquire (failure: the flag is 1, the signal's writes are ours;
