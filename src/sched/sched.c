@@ -141,9 +141,11 @@ static struct sched_stack *take_stack(struct sched_worker *w)
         w->chunk_left = n;
         w->chunk_next_n = n * 2 < SCHED_STACK_CHUNK ? n * 2 : SCHED_STACK_CHUNK;
     }
+    uint32_t ready = w->cur->ready;
     s = sched_stack_at(w->cur, w->cur->n - w->chunk_left);
     w->chunk_left--;
     worker_count(&w->stacks_made, 1);
+    worker_count(&w->stacks_ready, w->cur->ready - ready);
     return s;
 }
 
@@ -230,6 +232,7 @@ void sched_stack_stats(struct sched_stack_stats *st)
         uint64_t used = atomic_load_explicit(&w->stacks_used, memory_order_relaxed);
         st->made += made;
         st->in_use += used;
+        st->ready += atomic_load_explicit(&w->stacks_ready, memory_order_relaxed);
     }
 }
 

@@ -157,6 +157,8 @@ void sched_set_idle_stay(bool on);
 struct sched_stack_stats {
     uint64_t made;
     uint64_t in_use;
+    uint64_t ready; /* made or about to be: guards installed, top pages
+                     * prefaulted, SCHED_STACK_BATCH at a time */
 };
 void sched_stack_stats(struct sched_stack_stats *st);
 

@@ -94,6 +94,9 @@ fcontext_t make_fcontext(void *sp, size_t size, void (*fn)(transfer_t));
  * SCHED_STACK_CHUNK (IOV_MAX: one batched process_madvise per chunk). */
 #define SCHED_STACK_CHUNK_MIN 64
 #define SCHED_STACK_CHUNK 1024
+/* Stacks of a chunk readied at once (guards installed, top pages
+ * prefaulted: stack.c), as they are first taken. */
+#define SCHED_STACK_BATCH 64
 /* Bytes at the top of every stack region, above the ULT record, that hold
  * the tripwire of the stack above when that one has no guard page (see
  * the top of stack.c). A multiple of the cache line. */
@@ -216,6 +219,7 @@ struct sched_worker {
     struct sched_chunk *cur;        /* the one being carved */
     _Atomic uint64_t stacks_made;   /* carved from chunks, ever */
     _Atomic uint64_t stacks_used;   /* owned by a ULT now */
+    _Atomic uint64_t stacks_ready;  /* guarded and prefaulted (stack.c), ever */
     bool stack_warned;              /* "cannot map" logged */
     /* ULT waits that switched out (sched_blocked_waits): written by this
      * worker's pthread only */
@@ -288,6 +292,7 @@ struct sched_chunk {
     void *base;
     size_t len;
     uint32_t n; /* stacks */
+    uint32_t ready; /* stacks [0, ready) have their guards and top pages */
     uint32_t guard_vmas; /* its mprotect guards, given back when unmapped */
     uint64_t unguarded[SCHED_STACK_CHUNK / 64]; /* bit k: stack k has no guard */
 };
@@ -303,14 +308,17 @@ void *sched_map_zeroed(size_t len);
 void sched_stack_probe(void);
 /* Gives back what sched_stack_probe kept (the pidfd). */
 void sched_stack_release(void);
-/* Maps and prepares a chunk of n <= SCHED_STACK_CHUNK stacks, guards
- * installed; NULL (errno set) if it cannot be mapped. Slow (milliseconds):
- * call without locks held. */
+/* Maps a chunk of n <= SCHED_STACK_CHUNK stacks, none readied yet
+ * (sched_stack_at readies them in batches); NULL (errno set) if it cannot
+ * be mapped. */
 struct sched_chunk *sched_chunk_make(uint32_t n);
 /* Unmaps c and gives back its mprotect guards. */
 void sched_chunk_free(struct sched_chunk *c);
 /* The descriptor at the top of stack k of c, with lo, size and tripwire
- * set (the tripwire armed if the stack has no guard). Touches the
+ * set (the tripwire armed if the stack has no guard). Readies the batch
+ * of SCHED_STACK_BATCH stacks from k on first (guards, top pages: tens
+ * of microseconds; call without locks held) if k is not ready yet;
+ * callers take k in order. Touches the
  * descriptor's page and, for an unguarded stack, the top of the stack
  * below. */
 struct sched_stack *sched_stack_at(struct sched_chunk *c, uint32_t k);

@@ -54,10 +54,11 @@
  *
  * Creation cost: the first touch of a stack's top page (the descriptor)
  * is a page fault. Where process_madvise() on ourselves takes any advice (Linux
- * >= 6.13), a chunk's top pages are prefaulted with one
- * MADV_POPULATE_WRITE call instead (the pages first runs would touch, so
- * the same RSS once the chunk is used; until then up to a chunk's top
- * pages, 1024 x 4 KiB per worker, are committed early).
+ * >= 6.13), the top pages are prefaulted with one MADV_POPULATE_WRITE call
+ * per SCHED_STACK_BATCH stacks instead (the pages first runs would touch;
+ * at most a batch's top pages, 64 x 4 KiB per worker, are committed
+ * before they are used). Guards are installed batch by batch too, so a
+ * chunk costs only its mapping until its stacks are taken.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -189,40 +190,51 @@ static bool guard_one(char *page, uint32_t *vmas)
 
 struct sched_chunk *sched_chunk_make(uint32_t n)
 {
-    size_t pg = sched_g.page, stride = sched_stack_stride();
-    size_t len = pg + stride * n; /* + the pad page */
+    size_t len = sched_g.page + sched_stack_stride() * n; /* + the pad page */
     struct sched_chunk *c = calloc(1, sizeof *c);
-    struct iovec *iov = (sched_g.pm_guard || sched_g.pm_populate) ? malloc(n * sizeof *iov) : NULL;
     char *base = c ? sched_map_zeroed(len) : NULL;
     if (!base) {
         free(c);
-        free(iov);
         return NULL;
     }
     /* a 2 MiB huge page would commit 2 MiB for one touched stack page */
     madvise(base, len, MADV_NOHUGEPAGE);
-    char *s0 = base + pg;
+    c->base = base;
+    c->len = len;
+    c->n = n;
+    return c;
+}
+
+/* Readies the next batch of c's stacks, from c->ready on: their guard
+ * pages installed and their top pages prefaulted, each with one
+ * process_madvise call where the kernel takes it. In batches, not the
+ * whole chunk at once: a chunk of 1024 made for the 513th blocked ULT
+ * would otherwise commit and prefault 1024 top pages when a few are used
+ * (a prefault costs as much as the fault it saves, 1.3-2 us a page on
+ * the machines measured). */
+static void chunk_ready_batch(struct sched_chunk *c)
+{
+    size_t pg = sched_g.page, stride = sched_stack_stride();
+    uint32_t k0 = c->ready, n = c->n - k0 < SCHED_STACK_BATCH ? c->n - k0 : SCHED_STACK_BATCH;
+    char *s0 = (char *)c->base + pg + (size_t)k0 * stride;
+    struct iovec iov[SCHED_STACK_BATCH];
     uint32_t guarded = 0;
-    if (iov && sched_g.pm_guard) {
+    if (sched_g.pm_guard) {
         for (uint32_t k = 0; k < n; k++)
             iov[k] = (struct iovec){s0 + (size_t)k * stride, pg};
         guarded = advise_pages(iov, n, MADV_GUARD_INSTALL);
     }
     for (uint32_t k = guarded; k < n; k++)
         if (!guard_one(s0 + (size_t)k * stride, &c->guard_vmas))
-            c->unguarded[k / 64] |= UINT64_C(1) << (k % 64);
-    if (iov && sched_g.pm_populate) {
+            c->unguarded[(k0 + k) / 64] |= UINT64_C(1) << ((k0 + k) % 64);
+    if (sched_g.pm_populate) {
         /* prefault each top page (descriptor, tripwire, first frames): a
          * failure only leaves them to be faulted on first touch */
         for (uint32_t k = 0; k < n; k++)
             iov[k] = (struct iovec){s0 + (size_t)(k + 1) * stride - pg, pg};
         advise_pages(iov, n, MADV_POPULATE_WRITE);
     }
-    free(iov);
-    c->base = base;
-    c->len = len;
-    c->n = n;
-    return c;
+    c->ready = k0 + n;
 }
 
 void sched_chunk_free(struct sched_chunk *c)
@@ -235,6 +247,8 @@ void sched_chunk_free(struct sched_chunk *c)
 
 struct sched_stack *sched_stack_at(struct sched_chunk *c, uint32_t k)
 {
+    while (k >= c->ready)
+        chunk_ready_batch(c);
     size_t stride = sched_stack_stride();
     char *base = (char *)c->base + sched_g.page + (size_t)k * stride; /* its guard page */
     size_t d = (sizeof(struct sched_stack) + UTIL_CACHELINE - 1) & ~(size_t)(UTIL_CACHELINE - 1);

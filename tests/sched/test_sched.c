@@ -507,14 +507,21 @@ static void expect_overflow_abort(int fd, pid_t pid, int case_no, const char *wa
  * overflows (ULT 100) is in the second chunk of stacks: its guard comes
  * from the batched install, past the first entries. Case 2: as 1, and 50
  * ULTs start and end on stack 100 before ULT 100 (the same slot) runs
- * there: a recycled stack keeps its guard. Each way the guard page must be
+ * there: a recycled stack keeps its guard. Case 3: 164 ULTs block first,
+ * so ULT 164 is in the second chunk's second batch, readied only when the
+ * first batch was used up. Each way the guard page must be
  * what catches it (the stack-pointer checks would report an unguarded
  * stack too, in other words). */
-static sched_sync many_gate;
+#define MANY_BLOCK 164
+/* one each: a sched_sync has one waiter (sched.h) */
+static sched_sync many_gate[MANY_BLOCK];
+
+static atomic_int many_waiting;
 
 static void *wait_many_gate(void *arg)
 {
-    sched_wait(&many_gate);
+    atomic_fetch_add(&many_waiting, 1);
+    sched_wait(&many_gate[(intptr_t)arg]);
     return arg;
 }
 
@@ -547,10 +554,14 @@ START_TEST(stack_overflow_reported)
     pid_t pid = fork_overflow_child(fds, -1);
     if (pid == 0) {
         mpiv_ult_t u;
-        sched_sync_init(&many_gate);
-        for (int k = 0; k < (_i ? 100 : 0); k++)
-            if (mpiv_ult_spawn(wait_many_gate, NULL, 0, &u))
+        for (int k = 0; k < MANY_BLOCK; k++)
+            sched_sync_init(&many_gate[k]);
+        int nblock = _i == 3 ? MANY_BLOCK : _i ? 100 : 0;
+        for (int k = 0; k < nblock; k++)
+            if (mpiv_ult_spawn(wait_many_gate, (void *)(intptr_t)k, 0, &u))
                 _exit(4);
+        while (atomic_load(&many_waiting) < nblock) /* each holds its stack */
+            sched_test_sleep_us(100);
         for (int k = 0; k < (_i == 2 ? 50 : 0); k++)
             if (mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &u) || mpiv_ult_join(u, NULL))
                 _exit(4);
@@ -560,9 +571,13 @@ START_TEST(stack_overflow_reported)
         _exit(5); /* not reached */
     }
     close(fds[1]);
-    expect_overflow_abort(fds[0], pid, _i,
-                          _i ? "ULT stack overflow (worker 0, ULT 100): caught by its guard page"
-                             : "ULT stack overflow (worker 0, ULT 0): caught by its guard page");
+    static const char *const want[] = {
+        "ULT stack overflow (worker 0, ULT 0): caught by its guard page",
+        "ULT stack overflow (worker 0, ULT 100): caught by its guard page",
+        "ULT stack overflow (worker 0, ULT 100): caught by its guard page",
+        "ULT stack overflow (worker 0, ULT 164): caught by its guard page",
+    };
+    expect_overflow_abort(fds[0], pid, _i, want[_i]);
 }
 END_TEST
 
@@ -656,7 +671,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);
-    tcase_add_loop_test(tc, stack_overflow_reported, 0, 3);
+    tcase_add_loop_test(tc, stack_overflow_reported, 0, 4);
     tcase_add_loop_test(tc, stack_overflow_fallback, 0, 4);
     suite_add_tcase(s, tc);
     return s;

@@ -15,6 +15,9 @@
  *                       ULTs start and end on the same worker: each keeps
  *                       its stack and its frames intact (the others never
  *                       get a stack that is in use).
+ *   ready_in_batches    100 ULTs blocked at once: of the second chunk
+ *                       (128 stacks) only the first batch of 64 gets its
+ *                       guards and prefaulted top pages, not all 128.
  * The overflow report on a recycled stack is in test_sched.c (the fork
  * helpers are there). */
 #include <pthread.h>
@@ -295,6 +298,49 @@ START_TEST(blocked_keep_stack)
 }
 END_TEST
 
+/* --- ready_in_batches ---------------------------------------------------- */
+
+#define NWAIT 100
+static sched_sync wgate[NWAIT];
+static atomic_int waiting;
+
+static void *wait_gate(void *arg)
+{
+    atomic_fetch_add(&waiting, 1);
+    sched_wait(&wgate[(intptr_t)arg]);
+    return plus_one(arg);
+}
+
+START_TEST(ready_in_batches)
+{
+    sched_test_start(1, 1024, NULL);
+    mpiv_ult_t u[NWAIT];
+    for (int i = 0; i < NWAIT; i++)
+        sched_sync_init(&wgate[i]);
+    for (int i = 0; i < NWAIT; i++)
+        ck_assert_int_eq(mpiv_ult_spawn(wait_gate, (void *)(intptr_t)i, 0, &u[i]), 0);
+    while (atomic_load(&waiting) < NWAIT)
+        sched_test_sleep_us(100);
+    /* 100 blocked ULTs hold 100 stacks: the first chunk's 64, and 36 of
+     * the second (128 stacks), of which only the first batch is readied */
+    struct sched_stack_stats st = stats();
+    ck_assert_uint_eq(st.made, NWAIT);
+    ck_assert_uint_eq(st.in_use, NWAIT);
+    ck_assert_uint_eq(st.ready, SCHED_STACK_CHUNK_MIN + SCHED_STACK_BATCH);
+    for (int i = 0; i < NWAIT; i++) {
+        sched_signal(&wgate[i]);
+        void *r;
+        ck_assert_int_eq(mpiv_ult_join(u[i], &r), 0);
+        ck_assert_ptr_eq(r, (void *)(intptr_t)(i + 1));
+    }
+    ck_assert_int_eq(atomic_load(&off_stack), 0);
+    st = stats();
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(st.ready, SCHED_STACK_CHUNK_MIN + SCHED_STACK_BATCH);
+    sched_test_stop();
+}
+END_TEST
+
 static Suite *stacks_suite(void)
 {
     Suite *s = suite_create("sched_stacks");
@@ -304,6 +350,7 @@ static Suite *stacks_suite(void)
     tcase_add_test(tc, nonblocking_few);
     tcase_add_test(tc, one_at_a_time);
     tcase_add_test(tc, blocked_keep_stack);
+    tcase_add_test(tc, ready_in_batches);
     suite_add_tcase(s, tc);
     return s;
 }
