@@ -96,7 +96,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
     if (atomic_load_explicit(&sched_g.closing, memory_order_relaxed))
         closed = true;
     else if ((u = w->free_list) != NULL)
-        w->free_list = u->next_free;
+        w->free_list = u->link.next_free;
     else if (w->hwm < sched_g.max_ults)
         u = new_slot(w);
     else
@@ -166,9 +166,6 @@ static bool start_ult(struct sched_worker *w, struct mpiv_ult *u)
     }
     worker_count(&w->stacks_used, 1);
     u->stack = s;
-    u->stack_lo = s->lo;
-    u->stack_size = s->size;
-    u->tripwire = s->tripwire;
 #ifdef SCHED_ASAN
     /* frames abandoned by the stack's previous ULT may have left poisoned
      * redzones (a fresh stack has clean shadow: skip the 1/8-size memset) */
@@ -193,8 +190,6 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
     s->next_free = w->stack_free;
     w->stack_free = s;
     u->stack = NULL;
-    u->stack_lo = NULL;
-    u->tripwire = NULL;
 #ifdef MPIV_TSAN
     /* A fiber is not reused: the ULT that ended never returned from its
      * entry function, and TSan keeps the frames it entered on the fiber;
@@ -248,7 +243,7 @@ static void ult_entry(transfer_t t)
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
     struct mpiv_ult *u = w->current;
-    u->ret = u->fn(u->arg);
+    u->io.ret = u->io.start.fn(u->io.start.arg);
     /* never resumed: the scheduler, on its own stack, puts this stack back
      * in the cache and then signals the joiner, who may reuse the record */
     sched_to_scheduler(w, u, SCHED_ULT_FINISHED);
@@ -263,7 +258,7 @@ static inline void sched_run(struct sched_worker *w, struct mpiv_ult *u)
     }
     w->current = u;
 #ifdef SCHED_ASAN
-    __sanitizer_start_switch_fiber(&w->asan_fake, u->stack_lo, u->stack_size);
+    __sanitizer_start_switch_fiber(&w->asan_fake, u->stack->lo, u->stack->size);
 #endif
 #ifdef MPIV_TSAN
     __tsan_switch_to_fiber(u->tsan_fiber, 0);
@@ -353,7 +348,7 @@ static bool sched_sweep(struct sched_worker *w)
     bool ran = y != NULL;
     w->rq_head = w->rq_tail = NULL;
     while (y) {
-        struct mpiv_ult *next = y->next_ready;
+        struct mpiv_ult *next = y->link.next_ready;
         sched_run(w, y);
         sweep_tick(w);
         y = next;
@@ -854,9 +849,8 @@ struct mpiv_ult *sched_ult_new(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t
         return NULL;
     }
 
-    u->fn = fn;
-    u->arg = arg;
-    u->ret = NULL;
+    u->io.start.fn = fn; /* io.ret is set when it ends, before anyone joins */
+    u->io.start.arg = arg;
     /* The slot's next generation: no older handle of it names this ULT.
      * Relaxed: the last joiner's claim came before it put the slot on the
      * free list (w->lock orders it before our take_slot); a stale joiner's
@@ -916,10 +910,10 @@ int mpiv_ult_join(mpiv_ult_t h, void **retval)
                         u->id, u->w->id);
     sched_wait_inline(&u->join);
     if (retval)
-        *retval = u->ret;
+        *retval = u->io.ret;
     struct sched_worker *w = u->w;
     util_spin_lock(&w->lock);
-    u->next_free = w->free_list;
+    u->link.next_free = w->free_list;
     w->free_list = u;
     atomic_fetch_sub_explicit(&w->live, 1, memory_order_relaxed);
     util_spin_unlock(&w->lock);

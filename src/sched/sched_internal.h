@@ -153,24 +153,29 @@ struct sched_stack {
 };
 
 /* One ULT record, in its worker's record array (slot Γ), apart from any
- * stack: a ULT owns a stack only from its first run to its end (K1). */
+ * stack: a ULT owns a stack only from its first run to its end (K1).
+ * One cache line (outside sanitizer builds): a million ULTs spawned
+ * before any is joined fault in their records, at 1.3-2 us a page on the
+ * machines measured, and the spawner writes and the worker reads each
+ * one. Hence the unions, each of fields never live at once, and the
+ * stack's bounds and tripwire read through `stack` rather than copied. */
 struct mpiv_ult {
     _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3);
                                               * NULL: never ran, no stack */
-    /* copied from stack at its first run: NULL if a guard page lies below
-     * stack_lo; else the tripwire words checked at every switch out
-     * (sched_stack_check) */
-    const uint64_t *tripwire;
-    mpiv_ult_fn fn;
-    void *arg;
-    void *ret;
+    union {
+        struct {
+            mpiv_ult_fn fn; /* from the spawn to the first run */
+            void *arg;
+        } start;
+        void *ret; /* from its end to its join */
+    } io;
     struct sched_worker *w;
-    struct mpiv_ult *next_free; /* free list of w, under w->lock */
-    struct mpiv_ult *next_ready; /* w's private ready queue (R5) */
-    struct sched_stack *stack;  /* its stack while it has one (K1) */
-    char *stack_lo;             /* = stack->lo, for the fault handler */
-    size_t stack_size;          /* = stack->size */
-    uint32_t id;                /* Γ */
+    union {
+        struct mpiv_ult *next_free;  /* joined: free list of w, under w->lock */
+        struct mpiv_ult *next_ready; /* live: w's private ready queue (R5) */
+    } link;
+    struct sched_stack *stack; /* its stack while it has one (K1) */
+    uint32_t id;               /* Γ */
     /* generation * 2 | SCHED_H_CLAIMED, see above: set by the spawner
      * before the handle is returned, claimed by the one joiner (CAS) */
     _Atomic uint32_t hstate;
@@ -182,6 +187,9 @@ struct mpiv_ult {
     void *tsan_fiber; /* = stack->tsan_fiber */
 #endif
 };
+#if !defined(SCHED_ASAN) && !defined(MPIV_TSAN)
+_Static_assert(sizeof(struct mpiv_ult) == UTIL_CACHELINE, "a ULT record is one cache line");
+#endif
 
 struct sched_worker {
     /* read by every signaller: */
@@ -343,7 +351,7 @@ void sched_test_force_guard_fallback(int vma_budget);
 /* ULT -> its scheduler. `data` is NULL (suspend) or SCHED_ULT_FINISHED. */
 static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
 {
-    if (__builtin_expect(u->tripwire != NULL, 0))
+    if (__builtin_expect(u->stack->tripwire != NULL, 0))
         sched_stack_check(w, u);
 #ifdef SCHED_ASAN
     __sanitizer_start_switch_fiber(data ? NULL : &u->asan_fake, w->sched_stack_lo,
@@ -380,9 +388,9 @@ static inline void sched_wake_sleeper(struct sched_worker *w)
 static inline void sched_make_runnable(struct sched_worker *w, struct mpiv_ult *u)
 {
     if (sched_tls_worker == w) {
-        u->next_ready = NULL;
+        u->link.next_ready = NULL;
         if (w->rq_tail)
-            w->rq_tail->next_ready = u;
+            w->rq_tail->link.next_ready = u;
         else
             w->rq_head = u;
         w->rq_tail = u;

@@ -323,8 +323,8 @@ __attribute__((noinline, no_sanitize_address)) void sched_stack_check(struct sch
                                                                       struct mpiv_ult *u)
 {
     const char *sp = __builtin_frame_address(0);
-    const uint64_t *t = u->tripwire, want = sched_g.tripwire;
-    if (sp < u->stack_lo)
+    const uint64_t *t = u->stack->tripwire, want = sched_g.tripwire;
+    if (sp < u->stack->lo)
         report_overflow(w, u, "the stack-pointer check");
     uint64_t bad = 0;
     for (size_t i = 0; i < SCHED_TRIPWIRE_BYTES / sizeof *t; i++)
@@ -337,10 +337,13 @@ static void sched_segv(int sig, siginfo_t *si, void *ctx)
 {
     struct sched_worker *w = sched_tls_worker;
     struct mpiv_ult *u = w ? w->current : NULL;
-    if (u) {
-        const char *a = si->si_addr;
+    /* the running ULT's stack descriptor, at the top of its own stack:
+     * an overflow runs away from it, downwards */
+    const struct sched_stack *st = u ? u->stack : NULL;
+    if (st) {
+        const char *a = si->si_addr, *lo = st->lo;
         /* the guard page below the stack */
-        if (a < u->stack_lo && a >= u->stack_lo - sched_g.page)
+        if (a < lo && a >= lo - sched_g.page)
             report_overflow(w, u, "its guard page");
         /* or a fault with the stack pointer below the stack (no guard, or
          * a frame that jumped the guard), up to a chunk's span below */
@@ -351,7 +354,7 @@ static void sched_segv(int sig, siginfo_t *si, void *ctx)
         sp = (const char *)((ucontext_t *)ctx)->uc_mcontext.sp;
 #endif
         size_t span = (size_t)SCHED_STACK_CHUNK * sched_stack_stride();
-        if (sp && sp < u->stack_lo && (uintptr_t)(u->stack_lo - sp) <= span)
+        if (sp && sp < lo && (uintptr_t)(lo - sp) <= span)
             report_overflow(w, u, "a fault with the stack pointer below the stack");
     }
     /* not ours: hand it to whoever was there before (a sanitizer, or the

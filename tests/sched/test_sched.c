@@ -617,7 +617,8 @@ static void *fb_overflow(void *arg)
     long c = (long)arg;
     struct mpiv_ult *self = sched_self();
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    dive_to = c == 0 ? self->stack_lo - 1024 : self->stack_lo - page - SCHED_TRIPWIRE_BYTES / 2;
+    char *lo = self->stack->lo;
+    dive_to = c == 0 ? lo - 1024 : lo - page - SCHED_TRIPWIRE_BYTES / 2;
     dive_then_yield = c == 0;
     int r = dive(0);
     if (c == 1)

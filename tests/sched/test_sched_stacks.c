@@ -46,7 +46,7 @@ __attribute__((noinline)) static bool on_own_stack(void)
 {
     struct mpiv_ult *u = sched_self();
     char *fp = __builtin_frame_address(0);
-    return u && u->stack && fp >= u->stack_lo && fp < u->stack_lo + u->stack_size;
+    return u && u->stack && fp >= u->stack->lo && fp < u->stack->lo + u->stack->size;
 }
 
 static atomic_long off_stack; /* ULTs that found themselves off their stack */
