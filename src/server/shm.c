@@ -40,6 +40,9 @@
  *     "borrowed" arrival, see shm_release). So the receiver of a one-line
  *     message reads that line and nothing else the sender wrote: one
  *     cache-line transfer, not two (the tail's line and the record's).
+ *     The sender keeps its own copy of tail (be->tail) and only stores to
+ *     the ring's: reading it back would miss whenever the receiver has
+ *     just looked at it (R5), on the way to every send.
  *  R4 Records of one ring are consumed in order, so what one rank sends to
  *     another arrives in the order posted (same key, same order: DESIGN).
  *  R5 A stamp names its position: positions only grow, and the key is a
@@ -231,6 +234,10 @@ struct srv_backend {
     uint64_t *seen_head;   /* under send_lock[peer]: the last head of our
                               ring at peer we read (it only grows), so a
                               send that fits reads no line of the receiver */
+    uint64_t *tail;        /* under send_lock[peer]: our ring at peer's
+                              tail, which only we write (R1): a send reads
+                              this copy, so the receiver's looks at the
+                              ring's tail (R5) never make it miss        */
     uint64_t *hot_check;   /* under send_lock[peer]: the tail at which the
                               next record looks whether it may start over
                               (rec_begin)                                 */
@@ -323,6 +330,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->send_lock = calloc((size_t)size, sizeof *be->send_lock);
     be->head = calloc((size_t)size, sizeof *be->head);
     be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
+    be->tail = calloc((size_t)size, sizeof *be->tail);
     be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
@@ -335,7 +343,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->hot_check || !be->dirty || !be->ring_key ||
+        !be->seen_head || !be->tail || !be->hot_check || !be->dirty || !be->ring_key ||
         !be->empty_polls || !be->alive_at) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
@@ -539,6 +547,7 @@ static int shm_exchange(struct srv_backend *be)
  * that publishes it. */
 struct rec_spot {
     struct shm_ring *g;
+    uint64_t *tail; /* be->tail[peer] */
     uint64_t pos, end, key;
 };
 
@@ -550,8 +559,8 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
                                  struct rec_spot *at)
 {
     at->g = ring_of(be, be->peer[peer], be->rank);
-    /* relaxed: only we write tail (R1) */
-    uint64_t t = atomic_load_explicit(&at->g->tail, memory_order_relaxed);
+    at->tail = &be->tail[peer];
+    uint64_t t = *at->tail;
     size_t off = (size_t)(t & (be->ring_bytes - 1));
     size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
     bool wrap = need > to_end;
@@ -608,6 +617,7 @@ static void rec_publish(const struct rec_spot *at, struct shm_rec *r, uint32_t l
     /* release: the record's contents before the receiver can see it (R3) */
     atomic_store_explicit(&r->stamp, stamp, memory_order_release);
     atomic_store_explicit(&at->g->tail, at->end, memory_order_release);
+    *at->tail = at->end;
 }
 
 /* Fills in the size of a record of len payload bytes and publishes it. */
@@ -1178,6 +1188,7 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
         c->lines = lines;
         atomic_store_explicit(&c->stamp, stamp, memory_order_release);
         atomic_store_explicit(&at.g->tail, at.end, memory_order_release);
+        *at.tail = at.end;
     } else {
         rec_publish(&at, c, true_lines);
     }
@@ -1189,6 +1200,7 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 {
     struct shm_ring *g = ring_of(be, be->peer[peer], be->rank);
     atomic_fetch_add_explicit(&g->tail, add, memory_order_release);
+    be->tail[peer] += add; /* as a sender that wrote nothing there */
 }
 
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
@@ -1232,6 +1244,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->send_lock);
     free(be->head);
     free(be->seen_head);
+    free(be->tail);
     free(be->hot_check);
     free(be->dirty);
     free(be->ring_key);
