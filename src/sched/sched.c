@@ -838,6 +838,8 @@ struct mpiv_ult *sched_ult_new(mpiv_ult_fn fn, void *arg, int worker, mpiv_ult_t
         w = sched_g.workers[worker];
     else if (me && me->current)
         w = me;
+    else if (sched_g.nworkers == 1)
+        w = sched_g.workers[0];
     else /* relaxed: only spreads the load, orders nothing */
         w = sched_g.workers[atomic_fetch_add_explicit(&sched_g.rr, 1, memory_order_relaxed) %
                             (unsigned)sched_g.nworkers];

@@ -255,7 +255,6 @@ struct sched_global {
     uint32_t nwords, nsumwords;
     size_t stack_size; /* per ULT, guard page excluded */
     size_t page;
-    atomic_uint rr; /* MPIV_WORKER_ANY from a pthread: round robin */
     atomic_int closing; /* set by sched_close: spawns are refused */
     /* Guard pages: decided once in sched_init (before the workers start,
      * read-only afterwards, so plain fields). */
@@ -272,6 +271,10 @@ struct sched_global {
      * relaxed — a worker that sees it late only spins without it. */
     _Atomic(sched_idle_hook) idle_hook;
     atomic_bool idle_stay; /* sched_set_idle_stay */
+    /* MPIV_WORKER_ANY from a pthread: round robin. A line of its own: a
+     * pthread spawning a burst writes it at every spawn, and every thread
+     * reads the fields above (ready, workers) at every call. */
+    _Alignas(UTIL_CACHELINE) atomic_uint rr;
 };
 extern struct sched_global sched_g;
 
