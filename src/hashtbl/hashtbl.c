@@ -741,7 +741,9 @@ __attribute__((no_sanitize("thread"))) void ht_prefetch(struct ht_table *t, ht_k
     struct ht_stripe *s = ht_stripe_of(t, h);
     struct ht_bucket *b = s->b;
     size_t mask = s->mask;
-    __builtin_prefetch(&b[ht_home(h, mask)]);
+    size_t home = ht_home(h, mask);
+    __builtin_prefetch(&b[home]);
+    __builtin_prefetch(&b[(home + 1) & mask]);
 }
 
 void ht_prefetch_stripe(struct ht_table *t, ht_key k)

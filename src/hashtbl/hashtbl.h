@@ -123,9 +123,11 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
  * still matches a receive posted in between. */
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
 
-/* Asks the processor for the first bucket that k's lookup will read, so
- * that a batch of lookups can overlap their misses. Only a hint: it takes
- * no lock, and a table being resized meanwhile only wastes it. */
+/* Asks the processor for the first two buckets that k's lookup may read
+ * (its home bucket and the next, where linear probing puts a key whose
+ * home is full: at up to two keys per 3-entry bucket, often), so that a
+ * batch of lookups can overlap their misses. Only a hint: it takes no
+ * lock, and a table being resized meanwhile only wastes it. */
 void ht_prefetch(struct ht_table *t, ht_key k);
 /* Asks for the line of k's stripe, which ht_prefetch(k) reads (and stalls
  * on if it misses): a step earlier in a pipeline of prefetches. Reads
