@@ -1199,8 +1199,10 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
 void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 {
     struct shm_ring *g = ring_of(be, be->peer[peer], be->rank);
+    util_bias_lock(&be->send_lock[peer]); /* be->tail's rule (R1) */
     atomic_fetch_add_explicit(&g->tail, add, memory_order_release);
     be->tail[peer] += add; /* as a sender that wrote nothing there */
+    util_bias_unlock(&be->send_lock[peer]);
 }
 
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
