@@ -138,6 +138,10 @@
 #define SHM_HOT ((size_t)64 << 10)
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
+/* How far ahead of its tail a sender asks for the ring's lines (for
+ * writing), and the longest record after which it does (rec_begin). */
+#define SHM_AHEAD_LINES 16
+#define SHM_AHEAD_MAX_REC ((size_t)17 * 64)
 /* How often a full ring's peer is checked for life (ring_full). */
 #define SHM_ALIVE_NS UINT64_C(1000000)
 /* One empty poll of a ring in this many reads its tail (R5). */
@@ -241,6 +245,8 @@ struct srv_backend {
     uint64_t *hot_check;   /* under send_lock[peer]: the tail at which the
                               next record looks whether it may start over
                               (rec_begin)                                 */
+    uint64_t *ahead;       /* under send_lock[peer]: the ring position up
+                              to which its lines were asked for (rec_begin) */
     uint32_t *empty_polls; /* per sender: polls that found no stamp        */
     _Atomic uint64_t *alive_at; /* per peer: when ring_full last checked */
     uint64_t *head;        /* R1: our consumer's copy of head, per sender;
@@ -332,6 +338,7 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
     be->tail = calloc((size_t)size, sizeof *be->tail);
     be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
+    be->ahead = calloc((size_t)size, sizeof *be->ahead);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
     be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
     be->empty_polls = calloc((size_t)size, sizeof *be->empty_polls);
@@ -343,8 +350,8 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
     if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->tail || !be->hot_check || !be->dirty || !be->ring_key ||
-        !be->empty_polls || !be->alive_at) {
+        !be->seen_head || !be->tail || !be->hot_check || !be->ahead || !be->dirty ||
+        !be->ring_key || !be->empty_polls || !be->alive_at) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
@@ -603,6 +610,29 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
         at->pos = t + to_end;
     }
     at->end = t + span;
+    /* Ask now for the lines the next records will take, for writing. Each
+     * record's lines come from the receiver's core, which read them a lap
+     * ago; a short record's copy stalls on them one or two at a time, and
+     * its stores fill the store buffer while they come. Asked for
+     * SHM_AHEAD_LINES ahead, their transfers overlap the copies before
+     * them: each line once, as the tail comes within reach of it. Only
+     * lines the receiver is known to be done with (below seen_head + the
+     * ring), so that none is taken from a receiver still to read it. A
+     * long record's copy keeps enough transfers in flight by itself, and
+     * more requests only compete with it: none after one
+     * (docs/perf/pt2pt.md has both measurements). A prefetch is only a
+     * hint: one the ring's next wrap makes useless costs nothing but
+     * itself. */
+    if (need <= SHM_AHEAD_MAX_REC) {
+        uint64_t from = be->ahead[peer] > at->end ? be->ahead[peer] : at->end;
+        uint64_t to = at->end + SHM_AHEAD_LINES * 64;
+        if (to > be->seen_head[peer] + be->ring_bytes)
+            to = be->seen_head[peer] + be->ring_bytes;
+        for (uint64_t p = from; p < to; p += 64)
+            __builtin_prefetch(at->g->bytes + (p & (be->ring_bytes - 1)), 1);
+        if (to > from)
+            be->ahead[peer] = to;
+    }
     return (struct shm_rec *)(at->g->bytes + off);
 }
 
@@ -1218,6 +1248,15 @@ uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
 
 uint64_t srv_shm_test_dropped(struct srv_backend *be) { return be->drops.count; }
 
+uint64_t srv_shm_test_ahead(struct srv_backend *be, int peer, uint64_t *seen_head)
+{
+    util_bias_lock(&be->send_lock[peer]);
+    uint64_t a = be->ahead[peer];
+    *seen_head = be->seen_head[peer];
+    util_bias_unlock(&be->send_lock[peer]);
+    return a;
+}
+
 int srv_shm_test_open_segment(struct srv_backend *be, const char *name)
 {
     int fd = -1, rc = open_segment(be, name, 0, &fd);
@@ -1248,6 +1287,7 @@ static void shm_finalize(struct srv_backend *be)
     free(be->seen_head);
     free(be->tail);
     free(be->hot_check);
+    free(be->ahead);
     free(be->dirty);
     free(be->ring_key);
     free(be->empty_polls);

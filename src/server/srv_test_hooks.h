@@ -34,6 +34,10 @@ size_t srv_shm_test_ring_bytes(struct srv_backend *be);
  * ring at `peer`. */
 size_t srv_shm_test_hot_bytes(void);
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);
+/* shm: the ring position up to which the sender to `peer` asked for the
+ * ring's lines ahead of its tail, and (in *seen_head) the receiver's head
+ * as the sender last read it. */
+uint64_t srv_shm_test_ahead(struct srv_backend *be, int peer, uint64_t *seen_head);
 /* shm: records dropped as malformed so far. */
 uint64_t srv_shm_test_dropped(struct srv_backend *be);
 /* shm: the checks a peer's segment passes before it is mapped, on the

@@ -13,6 +13,8 @@
  *    runs past the end of the ring or past what its sender wrote (no
  *    copy of its stamp at its end), a SKIP short of the end, a tail off
  *    the record grid: dropped, and reading resumes at the tail;
+ *  - shm: a sender asks for ring lines ahead of its tail only where the
+ *    receiver is done with them, and not after a long record;
  *  - shm: small messages of varied sizes wrap the byte ring many times
  *    (SKIP records), a full ring says SRV_AGAIN, every byte arrives; the
  *    same with the sender and the reader on two threads at once;
@@ -508,6 +510,55 @@ START_TEST(test_shm_burst_has_the_whole_ring)
 }
 END_TEST
 
+/* The sender asks for the ring's lines ahead of its tail for short records
+ * (rec_begin), but never for one the receiver may still have to read: a
+ * burst into a ring nobody reads fills it, and at every send the asked-for
+ * mark stays within a ring of the receiver's head as the sender saw it.
+ * Without that bound the mark runs SHM_AHEAD_LINES past it once the ring
+ * is nearly full. A long record asks for nothing. */
+START_TEST(test_shm_sender_asks_ahead_of_read_lines_only)
+{
+    up(&srv_shm_ops);
+    uint64_t ring = srv_shm_test_ring_bytes(be), seen;
+    unsigned char hdr[32] = {0}, body[8] = {0};
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, sizeof body), SRV_DONE);
+    uint64_t tail = srv_shm_test_tail(be, 0);
+    uint64_t ahead = srv_shm_test_ahead(be, 0, &seen);
+    ck_assert_uint_gt(ahead, tail); /* an empty ring: lines asked for ahead */
+    uint64_t sends = 1;
+    for (;;) {
+        int rc = ops->send_inline(be, 0, hdr, sizeof hdr, body, sizeof body);
+        if (rc == SRV_AGAIN)
+            break;
+        ck_assert_int_eq(rc, SRV_DONE);
+        sends++;
+        ck_assert_uint_le(sends, ring / 64); /* one line each: the ring fills */
+        ahead = srv_shm_test_ahead(be, 0, &seen);
+        ck_assert_msg(ahead <= seen + ring,
+                      "send %" PRIu64 ": lines asked for up to %" PRIu64 ", but the receiver "
+                      "may still read what lies past %" PRIu64, sends, ahead, seen + ring);
+    }
+    ck_assert_uint_eq(srv_shm_test_tail(be, 0), srv_shm_test_ahead(be, 0, &seen)); /* full */
+
+    /* read it all, then a long record: nothing asked for past its end */
+    struct srv_cqe ev[8];
+    for (uint64_t got = 0; got < sends;) {
+        int k = ops->poll(be, ev, 8);
+        ck_assert_int_ge(k, 0);
+        for (int i = 0; i < k; i++)
+            ck_assert_int_eq(ops->post_recv(be, ev[i].p), MPIV_SUCCESS);
+        if (ops->release)
+            ops->release(be);
+        got += (uint64_t)k;
+    }
+    static unsigned char big[4096];
+    uint64_t before = srv_shm_test_ahead(be, 0, &seen);
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, big, sizeof big), SRV_DONE);
+    ck_assert_uint_eq(srv_shm_test_ahead(be, 0, &seen), before);
+    down();
+}
+END_TEST
+
 START_TEST(test_shm_write_self_unregistered)
 {
     up(&srv_shm_ops);
@@ -847,6 +898,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_two_threads);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
+    tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
     tcase_add_test(shm, test_shm_write_self_unregistered);
     tcase_add_test(shm, test_shm_max_write);
     tcase_add_test(shm, test_shm_foreign_segment);
