@@ -26,6 +26,14 @@
 # or times out costs only its own rows. The slices of a round append to
 # that round's raw file.
 #
+# Phase probe: before every slice of every implementation, pt2pt_ring_copy
+# (two threads copying 1 KiB records through a ring, no MPI at all) times
+# the machine itself, in ns per record; it reads about 60 in this
+# machine's fast phase and 300 or more in its slow ones. The report lists
+# the probes of each implementation and every slice in which two
+# implementations ran more than 1.5x apart: their ratios there compare
+# phases, not implementations (OUT/raw/probes.txt has them all).
+#
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.
 #   MPICH:    mpiexec.mpich -bind-to core          rank r on core r
@@ -130,7 +138,7 @@ if [ $do_build = 1 ]; then
         cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
     for impl in "${impl_list[@]}"; do
         case $impl in
-        mpiv-*) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate" ;;
+        mpiv-*) targets="mpiv_run pt2pt_latency pt2pt_bandwidth pt2pt_mt_latency pt2pt_mt_msgrate pt2pt_ring_copy" ;;
         mpi-face) targets="mpiv_run pt2pt_mpiface" ;;
         *) targets="pt2pt_$impl" ;;
         esac
@@ -149,6 +157,7 @@ if [ $report_only = 0 ]; then
         echo "Rounds: $rounds"
         echo "Interleave: $([ $interleave = 1 ] && echo slices || echo off)"
     } >"$out/raw/meta.txt"
+    : >"$out/raw/probes.txt"
 fi
 
 # ------------------------------------------------------------------ run ---
@@ -170,6 +179,13 @@ exe() {
     mpi-face) echo "$bin/pt2pt_$2_mpiface" ;;
     *) echo "$bin/pt2pt_$2_$1" ;;
     esac
+}
+
+# probe: ns per 1 KiB record through a ring between CPUs 0 and 1 now.
+probe() {
+    local v
+    v=$("$bin/pt2pt_ring_copy" 1024 56 100000 2>/dev/null | sed -n 's/.*: \([0-9.]*\) ns a record.*/\1/p')
+    echo "${v:-n/a}"
 }
 
 args=()
@@ -218,7 +234,12 @@ for b in "${bench_list[@]}"; do
             continue
         fi
         cmd="$(launch "$impl") $x ${bargs[*]}${slice:+ $slice}"
-        say "== $b / $impl: $cmd"
+        # the machine's phase, just before this slice (n/a: no probe built)
+        pr=$(probe)
+        sl=${slice:-whole}
+        echo "$b r$round ${sl// /_} $impl $pr" >>"$out/raw/probes.txt"
+        echo "# phase probe: $pr ns per 1 KiB record" >>"$raw"
+        say "== $b / $impl (probe $pr ns): $cmd"
         start=$(date +%s)
         # shellcheck disable=SC2086
         $cmd >>"$raw" 2>>"$raw.err" </dev/null
@@ -339,6 +360,36 @@ table() {
         }' "${files[@]}"
 }
 
+# phases: the phase probes of the run (see the header), per benchmark:
+# each implementation's range, and the slices whose implementations ran
+# more than 1.5x apart.
+phases() {
+    [ -s "$out/raw/probes.txt" ] || return 0
+    echo
+    echo "### Phase probes (\`pt2pt_ring_copy 1024 56\` before each slice: ns per 1 KiB record between the two cores; about 60 is the machine's fast phase, 300 or more a slow one)"
+    echo
+    awk '$5 != "n/a" { v[$1 "|" $4] = v[$1 "|" $4] " " $5; k = $1 "|" $2 "|" $3
+        if (!(k in lo) || $5 < lo[k]) { lo[k] = $5; lon[k] = $4 }
+        if (!(k in hi) || $5 > hi[k]) { hi[k] = $5; hin[k] = $4 }
+        if (!(k in seen)) { seen[k] = 1; ks[++nk] = k } }
+    END {
+        for (x in v) {
+            n = split(v[x], a, " "); split(x, bi, "|")
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+            line[bi[1]] = line[bi[1]] sprintf("%s %s–%s (median %s); ", bi[2], a[1], a[n], a[int((n + 1) / 2)])
+        }
+        for (b in line) print "- " b ": " line[b]
+        off = 0
+        for (i = 1; i <= nk; i++) { k = ks[i]
+            if (hi[k] > 1.5 * lo[k]) {
+                split(k, f, "|"); gsub("_", " ", f[3])
+                if (!off++) print "- slices in different phases (their ratios compare the machine, not the implementations):"
+                printf "  - %s, round %s, `%s`: %s %s ns, %s %s ns\n", f[1], substr(f[2], 2), f[3], lon[k], lo[k], hin[k], hi[k]
+            } }
+        if (!off) print "- every slice ran its implementations within 1.5× of each other"
+    }' "$out/raw/probes.txt"
+}
+
 md="$out/pt2pt.md"
 {
     sed -n 's/^Command: \(.*\)/Command: `\1`  /p' "$out/raw/meta.txt"
@@ -364,6 +415,7 @@ md="$out/pt2pt.md"
             echo; echo "Runs:$st"; echo; table mt_msgrate_table "Pairs" "msg/s" 0 ;;
         esac
     done
+    phases
     # The aims of issue 6, from the same run.
     val() { awk -v x="$2" '$1 == x {print $2}' "$out/dat/$1.dat" 2>/dev/null; }
     aim() { # aim TEXT MPIV_VALUE MPICH_VALUE LOWER_IS_BETTER GOAL_RATIO
