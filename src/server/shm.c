@@ -26,7 +26,7 @@
  *
  * Invariants of a ring (single producer, single consumer):
  *  R1 Only the sending rank writes tail and records, and within it only the
- *     holder of send_lock[peer]; only the receiving rank writes head, and
+ *     holder of out[peer].lock; only the receiving rank writes head, and
  *     within it only the holder of the server's progress lock (poll).
  *  R2 0 <= tail - head <= ring_bytes, and both are multiples of 64: a
  *     sender writes the bytes [tail, tail + n) only after seeing (acquire)
@@ -40,9 +40,9 @@
  *     "borrowed" arrival, see shm_release). So the receiver of a one-line
  *     message reads that line and nothing else the sender wrote: one
  *     cache-line transfer, not two (the tail's line and the record's).
- *     The sender keeps its own copy of tail (be->tail) and only stores to
- *     the ring's: reading it back would miss whenever the receiver has
- *     just looked at it (R5), on the way to every send.
+ *     The sender keeps its own copy of tail (out[peer].tail) and only
+ *     stores to the ring's: reading it back would miss whenever the
+ *     receiver has just looked at it (R5), on the way to every send.
  *  R4 Records of one ring are consumed in order, so what one rank sends to
  *     another arrives in the order posted (same key, same order: DESIGN).
  *  R5 A stamp names its position: positions only grow, and the key is a
@@ -210,6 +210,28 @@ struct shm_done {
     int err;
 };
 
+/* What a sender keeps of its ring at one peer, on a line of its own: a send
+ * touches this one line of its own state, and threads sending to
+ * different peers share none. All of it under `lock` (R1). */
+struct shm_out {
+    _Alignas(64) util_spinlock lock;
+    uint32_t pad_;
+    struct shm_ring *ring; /* our ring in the peer's segment, once mapped  */
+    uint64_t key;          /* the stamps' key of that ring (R5)            */
+    uint64_t tail;         /* the ring's tail, which only we write (R1): a
+                              send reads this copy, so the receiver's
+                              looks at the ring's tail (R5) never make it
+                              miss                                         */
+    uint64_t seen_head;    /* the last head of the ring we read (it only
+                              grows), so a send that fits reads no line of
+                              the receiver                                 */
+    uint64_t hot_check;    /* the tail at which the next record looks
+                              whether it may start over (rec_begin)        */
+    uint64_t ahead;        /* the position up to which the ring's lines
+                              were asked for (rec_begin)                   */
+};
+_Static_assert(sizeof(struct shm_out) == 64, "a sender's state is one line");
+
 struct srv_backend {
     int rank, size;
     /* The ranks of our host (ourselves included), in rank order: the only
@@ -224,7 +246,6 @@ struct srv_backend {
     size_t rec_max;    /* payload bytes of the largest record (a quarter
                           of the ring, less the header and trailer)        */
     uint64_t key;      /* R5: the stamps' key of the rings we receive on  */
-    uint64_t *ring_key; /* [size]: the key of our ring at each peer       */
     size_t inline_max; /* payload bytes of the largest MSG record         */
     size_t ring_size;  /* counters + record space                          */
     size_t seg_size;
@@ -234,19 +255,7 @@ struct srv_backend {
     unsigned char *mine;   /* our segment: rings[s] for each sender s     */
     unsigned char **peer;  /* peer[r]: rank r's segment, mapped            */
     pid_t *pid;            /* for process_vm_writev                        */
-    util_spinlock *send_lock; /* R1: one per destination                   */
-    uint64_t *seen_head;   /* under send_lock[peer]: the last head of our
-                              ring at peer we read (it only grows), so a
-                              send that fits reads no line of the receiver */
-    uint64_t *tail;        /* under send_lock[peer]: our ring at peer's
-                              tail, which only we write (R1): a send reads
-                              this copy, so the receiver's looks at the
-                              ring's tail (R5) never make it miss        */
-    uint64_t *hot_check;   /* under send_lock[peer]: the tail at which the
-                              next record looks whether it may start over
-                              (rec_begin)                                 */
-    uint64_t *ahead;       /* under send_lock[peer]: the ring position up
-                              to which its lines were asked for (rec_begin) */
+    struct shm_out *out;   /* [size]: our ring at each peer (R1)           */
     uint32_t *empty_polls; /* per sender: polls that found no stamp        */
     _Atomic uint64_t *alive_at; /* per peer: when ring_full last checked */
     uint64_t *head;        /* R1: our consumer's copy of head, per sender;
@@ -333,14 +342,11 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     be->shm_ring = (size_t)cfg->shm_ring;
     be->peer = calloc((size_t)size, sizeof *be->peer);
     be->pid = calloc((size_t)size, sizeof *be->pid);
-    be->send_lock = calloc((size_t)size, sizeof *be->send_lock);
+    be->out = aligned_alloc(64, (size_t)size * sizeof *be->out);
+    if (be->out)
+        memset(be->out, 0, (size_t)size * sizeof *be->out);
     be->head = calloc((size_t)size, sizeof *be->head);
-    be->seen_head = calloc((size_t)size, sizeof *be->seen_head);
-    be->tail = calloc((size_t)size, sizeof *be->tail);
-    be->hot_check = calloc((size_t)size, sizeof *be->hot_check);
-    be->ahead = calloc((size_t)size, sizeof *be->ahead);
     be->dirty = calloc((size_t)size, sizeof *be->dirty);
-    be->ring_key = calloc((size_t)size, sizeof *be->ring_key);
     be->empty_polls = calloc((size_t)size, sizeof *be->empty_polls);
     be->alive_at = calloc((size_t)size, sizeof *be->alive_at);
     be->write_broken = calloc((size_t)size, sizeof *be->write_broken);
@@ -349,15 +355,14 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
     util_spin_init(&be->done_lock);
     util_spin_init(&be->reg_lock);
     be->memo_epoch = UINT64_MAX; /* no memo yet */
-    if (!be->peer || !be->pid || !be->send_lock || !be->head || !be->write_broken ||
-        !be->seen_head || !be->tail || !be->hot_check || !be->ahead || !be->dirty ||
-        !be->ring_key || !be->empty_polls || !be->alive_at) {
+    if (!be->peer || !be->pid || !be->out || !be->head || !be->write_broken || !be->dirty ||
+        !be->empty_polls || !be->alive_at) {
         shm_finalize(be);
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
     *out = be;
     for (int r = 0; r < size; r++)
-        util_spin_init(&be->send_lock[r]);
+        util_spin_init(&be->out[r].lock);
     return MPIV_SUCCESS;
 }
 
@@ -478,7 +483,8 @@ static int map_peer(struct srv_backend *be, uint64_t key, int r)
         h->ring_bytes != be->ring_bytes || h->inline_max != be->inline_max)
         return util_err(MPIV_ERR_NET, "shm: rank %d's segment does not match ours (different "
                                       "MPIV_PACKET_SIZE or MPIV_SHM_EAGER_LIMIT?)", r);
-    be->ring_key[r] = h->key;
+    be->out[r].key = h->key;
+    be->out[r].ring = ring_of(be, p, be->rank);
     return MPIV_SUCCESS;
 }
 
@@ -524,7 +530,8 @@ static int shm_exchange(struct srv_backend *be)
         int r = be->locals[k];
         if (r == be->rank) {
             be->peer[r] = be->mine;
-            be->ring_key[r] = be->key;
+            be->out[r].key = be->key;
+            be->out[r].ring = ring_of(be, be->mine, be->rank);
         } else {
             rc = map_peer(be, key, r);
         }
@@ -554,19 +561,20 @@ static int shm_exchange(struct srv_backend *be)
  * that publishes it. */
 struct rec_spot {
     struct shm_ring *g;
-    uint64_t *tail; /* be->tail[peer] */
+    uint64_t *tail; /* be->out[peer].tail */
     uint64_t pos, end, key;
 };
 
 /* Room for a record of len payload bytes in our ring at `peer`: returns
  * where to write it and fills in *at (with a SKIP record written and
  * stamped first if it would not fit before the end of the ring), or NULL
- * when the ring is full (R2). send_lock[peer] held. */
+ * when the ring is full (R2). be->out[peer].lock held. */
 static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
                                  struct rec_spot *at)
 {
-    at->g = ring_of(be, be->peer[peer], be->rank);
-    at->tail = &be->tail[peer];
+    struct shm_out *o = &be->out[peer];
+    at->g = o->ring;
+    at->tail = &o->tail;
     uint64_t t = *at->tail;
     size_t off = (size_t)(t & (be->ring_bytes - 1));
     size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
@@ -583,21 +591,21 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * burst that outruns the receiver leaves it far behind, and then
      * uses the whole ring as before, paying one read of head per SHM_HOT
      * bytes. */
-    if (!wrap && off >= SHM_HOT && t >= be->hot_check[peer]) {
-        be->hot_check[peer] = (t | (SHM_HOT - 1)) + 1;
+    if (!wrap && off >= SHM_HOT && t >= o->hot_check) {
+        o->hot_check = (t | (SHM_HOT - 1)) + 1;
         /* acquire: as below */
-        be->seen_head[peer] = atomic_load_explicit(&at->g->head, memory_order_acquire);
-        uint64_t lag = t - be->seen_head[peer];
+        o->seen_head = atomic_load_explicit(&at->g->head, memory_order_acquire);
+        uint64_t lag = t - o->seen_head;
         wrap = lag <= SHM_HOT / 2 && lag + need <= off;
     }
     size_t span = wrap ? to_end + need : need;
-    if (t + span - be->seen_head[peer] > be->ring_bytes) {
+    if (t + span - o->seen_head > be->ring_bytes) {
         /* acquire: the receiver is done with the bytes we are about to reuse */
-        be->seen_head[peer] = atomic_load_explicit(&at->g->head, memory_order_acquire);
-        if (t + span - be->seen_head[peer] > be->ring_bytes)
+        o->seen_head = atomic_load_explicit(&at->g->head, memory_order_acquire);
+        if (t + span - o->seen_head > be->ring_bytes)
             return NULL;
     }
-    at->key = be->ring_key[peer];
+    at->key = o->key;
     at->pos = t;
     if (wrap) {
         struct shm_rec *skip = (struct shm_rec *)(at->g->bytes + off);
@@ -624,14 +632,14 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * hint: one the ring's next wrap makes useless costs nothing but
      * itself. */
     if (need <= SHM_AHEAD_MAX_REC) {
-        uint64_t from = be->ahead[peer] > at->end ? be->ahead[peer] : at->end;
+        uint64_t from = o->ahead > at->end ? o->ahead : at->end;
         uint64_t to = at->end + SHM_AHEAD_LINES * 64;
-        if (to > be->seen_head[peer] + be->ring_bytes)
-            to = be->seen_head[peer] + be->ring_bytes;
+        if (to > o->seen_head + be->ring_bytes)
+            to = o->seen_head + be->ring_bytes;
         for (uint64_t p = from; p < to; p += 64)
             __builtin_prefetch(at->g->bytes + (p & (be->ring_bytes - 1)), 1);
         if (to > from)
-            be->ahead[peer] = to;
+            o->ahead = to;
     }
     return (struct shm_rec *)(at->g->bytes + off);
 }
@@ -682,17 +690,17 @@ static int ring_full(struct srv_backend *be, int peer, const char *what)
 static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
 {
     struct rec_spot at;
-    util_bias_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->out[peer].lock);
     struct shm_rec *r = rec_begin(be, peer, p->len, &at);
     if (!r) {
-        util_bias_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->out[peer].lock);
         return ring_full(be, peer, "send");
     }
     r->kind = REC_MSG;
     r->len = p->len;
     memcpy(r->data, p->data, p->len);
     rec_commit(&at, r, p->len);
-    util_bias_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->out[peer].lock);
     return SRV_DONE; /* the data left with the call: p is free */
 }
 
@@ -705,10 +713,10 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
         return util_err(MPIV_ERR_ARG, "shm: an inline send of %zu bytes (at most %zu)", total,
                         be->inline_max);
     struct rec_spot at;
-    util_bias_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->out[peer].lock);
     struct shm_rec *r = rec_begin(be, peer, total, &at);
     if (!r) {
-        util_bias_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->out[peer].lock);
         return ring_full(be, peer, "send");
     }
     r->kind = REC_MSG;
@@ -717,7 +725,7 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     if (len)
         memcpy(r->data + hlen, payload, len);
     rec_commit(&at, r, total);
-    util_bias_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->out[peer].lock);
     return SRV_DONE;
 }
 
@@ -851,14 +859,14 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
         }
     }
     size_t chunk_max = be->rec_max - CHUNK_ADDR < SHM_CHUNK ? be->rec_max - CHUNK_ADDR : SHM_CHUNK;
-    util_bias_lock(&be->send_lock[op->peer]);
+    util_bias_lock(&be->out[op->peer].lock);
     for (;;) {
         size_t off = (size_t)op->note[0];
         size_t n = op->len - off < chunk_max ? op->len - off : chunk_max;
         struct rec_spot at;
         struct shm_rec *c = rec_begin(be, op->peer, off < op->len ? CHUNK_ADDR + n : 0, &at);
         if (!c) {
-            util_bias_unlock(&be->send_lock[op->peer]);
+            util_bias_unlock(&be->out[op->peer].lock);
             int rc = ring_full(be, op->peer, "RDMA write");
             if (rc != SRV_AGAIN) {
                 util_log_error("%s", mpiv_error_detail());
@@ -883,7 +891,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             break;
         }
     }
-    util_bias_unlock(&be->send_lock[op->peer]);
+    util_bias_unlock(&be->out[op->peer].lock);
     write_finished(be, op, MPIV_SUCCESS);
     return MPIV_SUCCESS;
 }
@@ -1196,10 +1204,10 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
     if (n > be->rec_max - addr)
         n = be->rec_max - addr;
     struct rec_spot at;
-    util_bias_lock(&be->send_lock[peer]);
+    util_bias_lock(&be->out[peer].lock);
     struct shm_rec *c = rec_begin(be, peer, addr + n, &at);
     if (!c) {
-        util_bias_unlock(&be->send_lock[peer]);
+        util_bias_unlock(&be->out[peer].lock);
         return SRV_AGAIN;
     }
     c->kind = kind;
@@ -1222,17 +1230,17 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
     } else {
         rec_publish(&at, c, true_lines);
     }
-    util_bias_unlock(&be->send_lock[peer]);
+    util_bias_unlock(&be->out[peer].lock);
     return MPIV_SUCCESS;
 }
 
 void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 {
     struct shm_ring *g = ring_of(be, be->peer[peer], be->rank);
-    util_bias_lock(&be->send_lock[peer]); /* be->tail's rule (R1) */
+    util_bias_lock(&be->out[peer].lock); /* out[peer].tail's rule (R1) */
     atomic_fetch_add_explicit(&g->tail, add, memory_order_release);
-    be->tail[peer] += add; /* as a sender that wrote nothing there */
-    util_bias_unlock(&be->send_lock[peer]);
+    be->out[peer].tail += add; /* as a sender that wrote nothing there */
+    util_bias_unlock(&be->out[peer].lock);
 }
 
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
@@ -1250,10 +1258,11 @@ uint64_t srv_shm_test_dropped(struct srv_backend *be) { return be->drops.count; 
 
 uint64_t srv_shm_test_ahead(struct srv_backend *be, int peer, uint64_t *seen_head)
 {
-    util_bias_lock(&be->send_lock[peer]);
-    uint64_t a = be->ahead[peer];
-    *seen_head = be->seen_head[peer];
-    util_bias_unlock(&be->send_lock[peer]);
+    struct shm_out *o = &be->out[peer];
+    util_bias_lock(&o->lock);
+    uint64_t a = o->ahead;
+    *seen_head = o->seen_head;
+    util_bias_unlock(&o->lock);
     return a;
 }
 
@@ -1282,14 +1291,9 @@ static void shm_finalize(struct srv_backend *be)
     free(be->locals);
     free(be->lidx);
     free(be->pid);
-    free(be->send_lock);
+    free(be->out);
     free(be->head);
-    free(be->seen_head);
-    free(be->tail);
-    free(be->hot_check);
-    free(be->ahead);
     free(be->dirty);
-    free(be->ring_key);
     free(be->empty_polls);
     free((void *)be->alive_at);
     free(be->posted);
