@@ -212,7 +212,9 @@ struct shm_done {
 
 /* What a sender keeps of its ring at one peer, on a line of its own: a send
  * touches this one line of its own state, and threads sending to
- * different peers share none. All of it under `lock` (R1). */
+ * different peers share none. `ring` and `key` are set once, when the
+ * peer's segment is mapped, before anybody sends; the rest is under
+ * `lock` (R1). */
 struct shm_out {
     _Alignas(64) util_spinlock lock;
     uint32_t pad_;
