@@ -1238,11 +1238,11 @@ int srv_shm_test_put_rec(struct srv_backend *be, int peer, uint32_t kind, uint32
 
 void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 {
-    struct shm_ring *g = ring_of(be, be->peer[peer], be->rank);
-    util_bias_lock(&be->out[peer].lock); /* out[peer].tail's rule (R1) */
-    atomic_fetch_add_explicit(&g->tail, add, memory_order_release);
-    be->out[peer].tail += add; /* as a sender that wrote nothing there */
-    util_bias_unlock(&be->out[peer].lock);
+    struct shm_out *o = &be->out[peer];
+    util_bias_lock(&o->lock); /* the tail's rule (R1) */
+    atomic_fetch_add_explicit(&o->ring->tail, add, memory_order_release);
+    o->tail += add; /* as a sender that wrote nothing there */
+    util_bias_unlock(&o->lock);
 }
 
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
@@ -1252,8 +1252,7 @@ size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
 {
     /* relaxed: read by the sending test thread itself */
-    return atomic_load_explicit(&ring_of(be, be->peer[peer], be->rank)->tail,
-                                memory_order_relaxed);
+    return atomic_load_explicit(&be->out[peer].ring->tail, memory_order_relaxed);
 }
 
 uint64_t srv_shm_test_dropped(struct srv_backend *be) { return be->drops.count; }
