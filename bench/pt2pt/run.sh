@@ -28,8 +28,8 @@
 #
 # Phase probe: before every slice of every implementation, pt2pt_ring_copy
 # (two threads copying 1 KiB records through a ring, no MPI at all) times
-# the machine itself, in ns per record; it reads about 60 in this
-# machine's fast phase and 300 or more in its slow ones. The report lists
+# the machine itself, in ns per record (what the project's machine reads
+# in each of its phases: docs/perf/pt2pt.md, "2026-11-27"). The report lists
 # the probes of each implementation and every slice in which two
 # implementations ran more than 1.5x apart: their ratios there compare
 # phases, not implementations (OUT/raw/probes.txt has them all).
@@ -366,7 +366,7 @@ table() {
 phases() {
     [ -s "$out/raw/probes.txt" ] || return 0
     echo
-    echo "### Phase probes (\`pt2pt_ring_copy 1024 56\` before each slice: ns per 1 KiB record between the two cores; about 60 is the machine's fast phase, 300 or more a slow one)"
+    echo "### Phase probes (\`pt2pt_ring_copy 1024 56\` before each slice: ns per 1 KiB record between the two cores; lower is a faster machine)"
     echo
     awk '$5 != "n/a" { v[$1 "|" $4] = v[$1 "|" $4] " " $5; k = $1 "|" $2 "|" $3
         if (!(k in lo) || $5 < lo[k]) { lo[k] = $5; lon[k] = $4 }
