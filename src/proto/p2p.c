@@ -564,7 +564,7 @@ static void credit_owe(int src, size_t size, bool server)
      * sender whose credit sits here, owed, may turn eager sends into RTS
      * until this rank next sends it something, although the messages it
      * waits for were consumed long ago. */
-    if (sizeof(struct proto_hdr) <= proto.inline_max[src]) {
+    if (sizeof(struct proto_hdr) <= proto.lim[src].inline_max) {
         struct proto_hdr hd;
         if (!credit_hdr_init(&hd, src))
             return;
@@ -1281,7 +1281,7 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
     long cost = credit_cost(size);
     bool eager = !sync && size <= eager_max &&
                  (dest == proto.rank || !cost || credit_take(dest, cost));
-    if (eager && size + sizeof(struct proto_hdr) <= proto.inline_max[dest]) {
+    if (eager && size + sizeof(struct proto_hdr) <= proto.lim[dest].inline_max) {
         int rc = send_inline(buf, size, dest, tag, ctx);
         if (rc == MPIV_SUCCESS) {
             finish_unseen(r);
@@ -1409,8 +1409,8 @@ int proto_p2p_init(void)
     proto.credit = calloc(n, sizeof *proto.credit);
     proto.owed = calloc(n, sizeof *proto.owed);
     proto.buffered = calloc(n, sizeof *proto.buffered);
-    proto.inline_max = calloc(n, sizeof *proto.inline_max);
-    if (!proto.credit || !proto.owed || !proto.buffered || !proto.inline_max) {
+    proto.lim = calloc(n, sizeof *proto.lim);
+    if (!proto.credit || !proto.owed || !proto.buffered || !proto.lim) {
         proto_p2p_fini();
         return util_err(MPIV_ERR_NO_RESOURCES, "out of memory for %zu ranks' credit", n);
     }
@@ -1419,7 +1419,12 @@ int proto_p2p_init(void)
         atomic_init(&proto.credit[i], proto.credit_max);
         atomic_init(&proto.owed[i], 0);
         atomic_init(&proto.buffered[i], 0);
-        proto.inline_max[i] = (int)i == proto.rank ? 0 : srv_inline_max((int)i);
+        size_t m = (int)i == proto.rank ? 0 : srv_inline_max((int)i);
+        proto.lim[i].inline_max = m;
+        /* what a packet holds, or more where the transport copies
+         * messages straight into the peer's memory */
+        m = m > sizeof(struct proto_hdr) ? m - sizeof(struct proto_hdr) : 0;
+        proto.lim[i].eager_max = m > proto.eager_limit ? m : proto.eager_limit;
     }
     return MPIV_SUCCESS;
 }
@@ -1451,11 +1456,11 @@ void proto_p2p_fini(void)
     free(proto.credit);
     free(proto.owed);
     free(proto.buffered);
-    free(proto.inline_max);
+    free(proto.lim);
     proto.credit = NULL;
     proto.owed = NULL;
     proto.buffered = NULL;
-    proto.inline_max = NULL;
+    proto.lim = NULL;
 }
 
 /* --- public API --------------------------------------------------------------- */
@@ -1493,7 +1498,7 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag)
      * is complete when it returns. Else (no credit, larger than a packet
      * with the ring full, or a fault hook set) the credit goes back and
      * the general path below takes it again, or takes the RTS. */
-    if (size + sizeof(struct proto_hdr) <= proto.inline_max[dest] &&
+    if (size + sizeof(struct proto_hdr) <= proto.lim[dest].inline_max &&
         size <= proto_eager_max(dest)) {
         long cost = credit_cost(size);
         if (!cost || credit_take(dest, cost)) {

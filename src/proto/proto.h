@@ -249,10 +249,12 @@ struct proto_state {
     atomic_long *buffered;
     long buffered_max;
     atomic_long buffered_copies;
-    /* Per peer, srv_inline_max(peer) (0 for our own rank), read once at
-     * proto_p2p_init: a transport's limit does not change while the job
-     * runs, and the exact path reads it twice per send. */
-    size_t *inline_max;
+    /* Per peer, read once at proto_p2p_init: a transport's limit does not
+     * change while the job runs, and every send and arrival reads them. */
+    struct proto_limits {
+        size_t inline_max; /* srv_inline_max(peer); 0 for our own rank */
+        size_t eager_max;  /* proto_eager_max(peer), worked out once */
+    } *lim;
     /* comm.c's communicators by id ([0] unused: the world), NULL outside
      * proto_comm_init .. fini: comm_of_ctx (comm.h) reads it, so that
      * p2p.c needs no function of comm.c */
@@ -273,12 +275,7 @@ static inline long proto_buffered_cost(size_t size)
  * what a packet holds, or more where the transport copies messages
  * straight into the peer's memory (shm, srv_inline_max). Ourselves: a
  * packet's worth (sends to our own rank are handed over as packets). */
-static inline size_t proto_eager_max(int peer)
-{
-    size_t m = proto.inline_max[peer];
-    m = m > sizeof(struct proto_hdr) ? m - sizeof(struct proto_hdr) : 0;
-    return m > proto.eager_limit ? m : proto.eager_limit;
-}
+static inline size_t proto_eager_max(int peer) { return proto.lim[peer].eager_max; }
 
 /* Point-to-point on a given context (user or collective). On failure the
  * request is not pending (nothing to wait for). proto_irecv takes
