@@ -364,6 +364,8 @@ static void ht_shrink(struct ht_stripe *s, size_t n_seen)
     free(old);
 }
 
+static void ht_entry_clear(struct ht_stripe *s, size_t i, int j);
+
 /* ht_match_or_insert, and ht_match when !insert (v then only gives the
  * kind that looks for a match, and is never stored). gated: honour the
  * gate (hashtbl.h); pref: offered the oldest value of the other kind
@@ -569,6 +571,64 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v)
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind)
 {
     return ht_lookup(t, k, (ht_value)kind, false, true, NULL, NULL);
+}
+
+size_t ht_match_many(struct ht_table *t, ht_key k, uintptr_t kind, ht_value *out, size_t max)
+{
+    uint64_t h = ht_hash(k);
+    struct ht_stripe *s = ht_stripe_of(t, h);
+    struct ht_queue *garbage = NULL;
+    size_t got = 0, shrink_from = 0;
+    if (!max)
+        return 0;
+    util_bias_lock(&s->lock);
+    if (kind == HT_KIND_PKT && util_unlikely(ht_gate_load(t)))
+        goto done; /* as ht_match's HT_DEFER: the ordered path decides */
+    struct ht_bucket *bk = s->b;
+    size_t mask = s->mask, i = ht_home(h, mask);
+    for (size_t walked = 0; walked <= mask; walked++, i = (i + 1) & mask) {
+        struct ht_bucket *b = &bk[i];
+        for (int j = 0; j < HT_SLOTS; j++) {
+            ht_value cur = b->e[j].val;
+            if (cur == HT_EMPTY || b->e[j].key != k)
+                continue;
+            if (ht_kind(cur) == kind) /* k's values wait for a match too (I3) */
+                goto done;
+            if (!((b->qmask >> j) & 1u)) {
+                out[got++] = cur;
+            } else {
+                struct ht_queue *q = ht_ptr(cur);
+                /* the oldest first (I5), in at most two stretches of the
+                 * ring: from head to its end, then from its start */
+                uint32_t take = q->count < max ? q->count : (uint32_t)max;
+                uint32_t first = q->cap - q->head < take ? q->cap - q->head : take;
+                memcpy(out, q->ring + q->head, first * sizeof *out);
+                memcpy(out + first, q->ring, (take - first) * sizeof *out);
+                q->head = q->head + take >= q->cap ? q->head + take - q->cap : q->head + take;
+                q->count -= take;
+                got = take;
+                if (q->count > 0)
+                    goto done;
+                if (!s->keep && q->cap <= HT_KEEP_CAP)
+                    s->keep = q; /* I9 */
+                else
+                    garbage = q;
+            }
+            ht_entry_clear(s, i, j); /* emptied (I1, I4, I6) */
+            if (util_unlikely(ht_wants_shrink(s)))
+                shrink_from = mask + 1;
+            goto done;
+        }
+        if (b->ovf == 0)
+            break;
+    }
+done:
+    util_bias_unlock(&s->lock);
+    if (util_unlikely(garbage != NULL))
+        ht_queue_free(garbage);
+    if (util_unlikely(shrink_from))
+        ht_shrink(s, shrink_from);
+    return got;
 }
 
 ht_value ht_match_pref(struct ht_table *t, ht_key k, ht_value v, ht_pref_fn pref, void *arg,

@@ -123,6 +123,15 @@ ht_value ht_match_or_insert(struct ht_table *t, ht_key k, ht_value v);
  * still matches a receive posted in between. */
 ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind);
 
+/* ht_match for a run of arrivals under one key: takes the oldest values of
+ * the other kind than `kind` waiting under k, up to max of them, oldest
+ * first, into out; returns how many (0 if none waits). One lock and one
+ * walk for the lot, so a batch of messages that carry one key (a window
+ * of sends with one tag) pays for one lookup. Gated like ht_match: with
+ * kind HT_KIND_PKT and the gate open it takes nothing (0), and each
+ * arrival goes its own way (ht_match then says HT_DEFER). */
+size_t ht_match_many(struct ht_table *t, ht_key k, uintptr_t kind, ht_value *out, size_t max);
+
 /* Asks the processor for the first two buckets that k's lookup may read
  * (its home bucket and the next, where linear probing puts a key whose
  * home is full: at up to two keys per 3-entry bucket, often), so that a

@@ -82,7 +82,7 @@ int mpiv_init(int *argc, char ***argv)
     proto_comm_init();
     srv_set_handlers(proto_on_packet, proto_on_imm, proto_on_peer_failed);
     srv_set_data_handler(proto_on_data);
-    srv_set_peek_handler(proto_peek_data);
+    srv_set_batch_handler(proto_on_batch);
     /* Without a server thread an idle worker is what moves the network for
      * its blocked ULTs, so it must not sleep while it has any; and one
      * without ULTs stays out of the network (sched.c), so that it never

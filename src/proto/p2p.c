@@ -167,6 +167,9 @@ struct proto_state proto;
 static _Atomic uint64_t n_aborts_sent, n_aborts_received, n_credit_packets, n_eager_as_rts;
 static _Atomic uint64_t n_reads, n_read_fallbacks, n_read_failures, n_fins_received;
 static _Atomic uint64_t n_copy_waits;
+/* only the progress lock's holder adds to it (a load and a store: no
+ * locked instruction in the arrival path) */
+static _Atomic uint64_t n_matched_ahead;
 
 void proto_stats_drops(uint64_t out[PROTO_DROP_MAX_]);
 
@@ -183,6 +186,7 @@ void proto_get_stats(struct proto_stats *st)
     st->read_failures = atomic_load_explicit(&n_read_failures, memory_order_relaxed);
     st->fins_received = atomic_load_explicit(&n_fins_received, memory_order_relaxed);
     st->copy_waits = atomic_load_explicit(&n_copy_waits, memory_order_relaxed);
+    st->matched_ahead = atomic_load_explicit(&n_matched_ahead, memory_order_relaxed);
 }
 
 /* --- completion (I1) ------------------------------------------------------- */
@@ -1040,35 +1044,111 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
     return false;
 }
 
-/* Server: a batch of arrivals is about to be handled (srv_peek_handler):
- * ask for the table's line each message will look up, when the table has
- * grown past its first size (a backlog of early messages or posted
- * receives: then every lookup misses). A small table is in the cache
- * already, and the hash would only cost a stream of small messages.
- * Nothing is checked yet: a bad header only prefetches some line of the
- * table. */
-bool proto_peek_data(const unsigned char *data, size_t len, int src)
+/* A batch of lent arrivals, decoded and partly matched ahead by
+ * proto_on_batch, for proto_on_data to finish one by one (the server
+ * hands it the same records in the same order, srv_batch_handler). Only
+ * the progress lock's holder touches it: handlers run one at a time. */
+static struct {
+    int n, next;
+    struct pre_arrival {
+        const unsigned char *data; /* which record: its lent address */
+        int type;                  /* proto_decode_data's verdict     */
+        struct proto_hdr h;        /* the header it checked            */
+        struct mpiv_request *r;    /* the receive it matched, or NULL  */
+    } a[SRV_BATCH];
+} pre;
+
+/* Server: a batch of arrivals is about to be handled (srv_batch_handler).
+ * Each is decoded once, here. A run of eager messages under one key (a
+ * window of sends with one tag) takes its receives with one lookup
+ * (ht_match_many) instead of one each, in order: the run's first message
+ * gets the oldest receive. MPI's order holds because a key is matched
+ * ahead only while every earlier arrival of the batch under it was too:
+ * the first one that is not (an RTS, or a message no receive waits for
+ * yet) blocks its key for the rest of the batch, whose arrivals under it
+ * then match one by one as they are handled, against the receives left.
+ * When the table has grown (a backlog: its lookups miss the cache), the
+ * lines the lookups will read are asked for first, so that the misses
+ * overlap. */
+void proto_on_batch(const struct srv_lent *a, int n)
 {
-    if (!ht_grown(proto.ht))
-        return false;
-    struct proto_hdr h;
-    if (len < sizeof h)
-        return true;
-    memcpy(&h, data, sizeof h);
-    if (h.type == PROTO_EAGER || h.type == PROTO_RTS)
-        ht_prefetch(proto.ht, ht_make_key(h.ctx, (uint32_t)src, h.tag));
-    return true;
+    if (util_unlikely(pre.next != pre.n))
+        util_fatal("protocol: %d arrivals matched ahead were never handled",
+                   pre.n - pre.next);
+    pre.n = pre.next = 0;
+    if (n > SRV_BATCH)
+        n = SRV_BATCH; /* the rest is handled as it comes */
+    bool grown = ht_grown(proto.ht);
+    ht_key keys[SRV_BATCH], blocked[SRV_BATCH];
+    int nblocked = 0;
+    for (int i = 0; i < n; i++) {
+        struct pre_arrival *p = &pre.a[i];
+        p->data = a[i].data;
+        p->r = NULL;
+        p->type = proto_decode_data(a[i].data, a[i].len, a[i].src, &p->h);
+        if (p->type == PROTO_EAGER || p->type == PROTO_RTS) {
+            keys[i] = ht_make_key(p->h.ctx, (uint32_t)a[i].src, p->h.tag);
+            if (grown)
+                ht_prefetch(proto.ht, keys[i]);
+        }
+    }
+    pre.n = n;
+    for (int i = 0; i < n;) {
+        int type = pre.a[i].type;
+        if (type != PROTO_EAGER && type != PROTO_RTS) {
+            i++; /* no key: matches nothing */
+            continue;
+        }
+        ht_key k = keys[i];
+        int m = 1;
+        if (type == PROTO_EAGER)
+            while (i + m < n && pre.a[i + m].type == PROTO_EAGER && keys[i + m] == k)
+                m++;
+        bool free_k = true;
+        for (int b = 0; b < nblocked && free_k; b++)
+            free_k = blocked[b] != k;
+        size_t got = 0;
+        if (type == PROTO_EAGER && free_k) {
+            ht_value v[SRV_BATCH];
+            got = ht_match_many(proto.ht, k, HT_KIND_PKT, v, (size_t)m);
+            for (size_t j = 0; j < got; j++)
+                pre.a[i + (int)j].r = ht_ptr(v[j]);
+            if (got)
+                atomic_store_explicit(&n_matched_ahead,
+                                      atomic_load_explicit(&n_matched_ahead,
+                                                           memory_order_relaxed) + got,
+                                      memory_order_relaxed);
+        }
+        if (got < (size_t)m && free_k)
+            blocked[nblocked++] = k;
+        i += m;
+    }
 }
 
-/* Server: an arrival lent in place by the transport (srv_data_handler). */
+/* Server: an arrival lent in place (srv_data_handler). */
 bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare)
 {
     struct proto_hdr h;
-    int type = proto_decode_data(data, len, src, &h);
+    int type;
+    struct mpiv_request *r = NULL;
+    if (pre.next < pre.n) { /* decoded by proto_on_batch */
+        struct pre_arrival *p = &pre.a[pre.next++];
+        if (util_unlikely(p->data != data))
+            util_fatal("protocol: an arrival handled out of its batch's order");
+        type = p->type;
+        h = p->h;
+        r = p->r;
+    } else {
+        type = proto_decode_data(data, len, src, &h);
+    }
     if (type < 0)
         return false;
     if (h.credit && src != proto.rank)
         credit_give(src, h.credit);
+    if (r) { /* matched ahead with the rest of its run */
+        eager_complete(r, &h, data + sizeof h, true);
+        return false;
+    }
     if (type == PROTO_EAGER)
         return on_eager_data(&h, data + sizeof h, src, spare);
     /* The rest are a header and at most an RTR body: into the packet,

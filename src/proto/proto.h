@@ -127,6 +127,8 @@ struct proto_stats {
                                  because the read was not possible here     */
     uint64_t read_failures;   /* reads that failed (the receive failed)     */
     uint64_t fins_received;   /* sends completed by a FIN (either status)  */
+    uint64_t matched_ahead;   /* eager arrivals matched with the rest of their
+                                 run under one key (proto_on_batch)         */
 };
 void proto_get_stats(struct proto_stats *st);
 
@@ -351,7 +353,7 @@ void proto_match(struct mpiv_request *r, pkt_t *p, bool server);
 /* Handlers the server runs, registered by mpiv_init. */
 void proto_on_packet(pkt_t *p);
 bool proto_on_data(const unsigned char *data, size_t len, int src, pkt_t *spare);
-bool proto_peek_data(const unsigned char *data, size_t len, int src);
+void proto_on_batch(const struct srv_lent *a, int n);
 void proto_on_imm(uint32_t imm, int src, size_t len, int err);
 void proto_on_peer_failed(int rank);
 

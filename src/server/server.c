@@ -44,7 +44,6 @@
 #include "util/spinlock.h"
 #include "util/bias.h"
 
-#define SRV_BATCH 16
 /* Bytes of copies queued past which srv_send_copy refuses (SRV_COPY_FULL,
  * Q1 below): about two million tiny messages. */
 #define SRV_COPY_QUEUE_MAX (256l << 20)
@@ -92,7 +91,7 @@ static struct srv_state {
     bool self_read;
     srv_pkt_handler pkt_handler;
     srv_data_handler data_handler;
-    srv_peek_handler peek_handler;
+    srv_batch_handler batch_handler;
     srv_imm_handler imm_handler;
     srv_peer_handler peer_handler;
     size_t max_write;
@@ -641,7 +640,7 @@ size_t srv_inline_max(int peer)
 }
 
 void srv_set_data_handler(srv_data_handler fn) { srv_g.data_handler = fn; }
-void srv_set_peek_handler(srv_peek_handler fn) { srv_g.peek_handler = fn; }
+void srv_set_batch_handler(srv_batch_handler fn) { srv_g.batch_handler = fn; }
 
 void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler peer_failed)
 {
@@ -870,11 +869,23 @@ static int progress_round(void)
         }
         if (util_unlikely(faults))
             fault_on_poll(net, ev, &n);
-        if (n > 1 && srv_g.peek_handler)
-            for (int i = 0; i < n; i++)
-                if (ev[i].kind == SRV_CQE_RECV && ev[i].data && !ev[i].err &&
-                    !srv_g.peek_handler(ev[i].data, ev[i].len, ev[i].src))
-                    break;
+        if (n > 1 && srv_g.batch_handler && srv_g.data_handler) {
+            /* exactly what dispatch gives the data handler, in its order,
+             * and only if that is every arrival of the batch: one copied
+             * into a packet (the fault hook's) or failed would be handled
+             * between them, unseen by the batch handler */
+            struct srv_lent lent[SRV_BATCH];
+            int nl = 0;
+            bool all_lent = true;
+            for (int i = 0; i < n && all_lent; i++) {
+                if (ev[i].kind != SRV_CQE_RECV)
+                    continue;
+                all_lent = ev[i].data && !ev[i].err;
+                lent[nl++] = (struct srv_lent){ev[i].data, ev[i].len, ev[i].src};
+            }
+            if (all_lent && nl > 1)
+                srv_g.batch_handler(lent, nl);
+        }
         for (int i = 0; i < n; i++)
             dispatch(net, &ev[i]);
         if (net->ops->release)

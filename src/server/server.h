@@ -64,12 +64,25 @@ void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler
  * a packet for the srv_pkt_handler (so a message above a packet's size,
  * which only srv_send_inline sends, is then dropped). */
 void srv_set_data_handler(srv_data_handler fn);
-/* Called with every arrival of a poll that returned more than one, before
- * any of them is handled: lets the protocol prefetch what their handling
- * will read, so that the batch's cache misses overlap. false: not worth
- * it now, skip the rest of this batch. */
-typedef bool (*srv_peek_handler)(const unsigned char *data, size_t len, int src);
-void srv_set_peek_handler(srv_peek_handler fn);
+/* The most arrivals one poll of one backend hands over. */
+#define SRV_BATCH 16
+/* One lent arrival, as the data handler will get it. */
+struct srv_lent {
+    const unsigned char *data;
+    size_t len;
+    int src;
+};
+/* Called with the arrivals of a poll that returned more than one (at most
+ * SRV_BATCH), in order, before any of them is handled, when every one of
+ * them is lent (none failed, none copied into a packet). Every one of them
+ * then goes to the data handler, in the same order and with the same data
+ * pointer, before the progress lock is dropped and before any other
+ * arrival is handled. So the protocol can work on the batch as a whole:
+ * decode it once, prefetch what its handling will read so that the
+ * misses overlap, match a run of messages under one key with one
+ * lookup. */
+typedef void (*srv_batch_handler)(const struct srv_lent *a, int n);
+void srv_set_batch_handler(srv_batch_handler fn);
 /* Posts the receive packets and starts the server thread. */
 int srv_start(void);
 /* A barrier over all ranks through the bootstrap (slow path: start, end). */

@@ -196,6 +196,67 @@ START_TEST(emptied_queue_is_kept_for_the_next)
 }
 END_TEST
 
+/* ht_match_many: the oldest values of the other kind, oldest first, up to
+ * max, across the end of a queue's ring; the inline value of a key with
+ * one; nothing for a key whose values are of the asking kind, nor with
+ * max 0; nothing for an arrival while the gate is open (but a receive
+ * still takes messages). An emptied queue is kept for the next key. */
+START_TEST(match_many_takes_the_oldest_in_order)
+{
+    struct ht_table *t;
+    ck_assert_int_eq(ht_create(&t, 64), MPIV_SUCCESS);
+    ht_key k = ht_make_key(HT_CTX_USER, 1, 5), other = ht_make_key(HT_CTX_USER, 1, 6);
+    ht_value out[256];
+    int in = 0, taken = 0;
+    /* a ring of 8 after growing past 5: push and take so that head wraps */
+    for (int round = 0; round < 40; round++) {
+        int push = 1 + round % 7;
+        for (int i = 0; i < push; i++, in++)
+            ck_assert_uint_eq(ht_match_or_insert(t, k, R(in)), HT_EMPTY);
+        size_t max = (size_t)(round % 5);
+        size_t n = ht_match_many(t, k, HT_KIND_PKT, out, max);
+        size_t want = (size_t)(in - taken) < max ? (size_t)(in - taken) : max;
+        ck_assert_uint_eq(n, want);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_uint_eq(out[i], R(taken + (int)i));
+        taken += (int)n;
+        ck_assert_uint_eq(ht_count(t), (size_t)(in - taken));
+    }
+    /* the rest in one go (asking for more than wait), then nothing */
+    ck_assert_uint_lt((size_t)(in - taken), 256);
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_PKT, out, 256), (size_t)(in - taken));
+    for (int i = 0; taken + i < in; i++)
+        ck_assert_uint_eq(out[i], R(taken + i));
+    ck_assert_uint_eq(ht_count(t), 0);
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_PKT, out, 8), 0);
+    /* the emptied queue went to the stripe: another key's queue takes it
+     * (or it went as garbage: either way no leak, and FIFO below) */
+    size_t allocs = queue_allocs(t);
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(ht_match_or_insert(t, k, P(i)), HT_EMPTY);
+    ck_assert_uint_eq(queue_allocs(t), allocs);
+    /* same kind waits: nothing; max 0: nothing */
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_PKT, out, 8), 0);
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_REQ, out, 0), 0);
+    ck_assert_uint_eq(ht_count(t), 3);
+    /* the gate: arrivals take nothing, a receive still takes messages */
+    ck_assert_uint_eq(ht_match_or_insert(t, other, R(100)), HT_EMPTY);
+    ht_gate_add(t, 1);
+    ck_assert_uint_eq(ht_match_many(t, other, HT_KIND_PKT, out, 8), 0);
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_REQ, out, 2), 2);
+    ck_assert_uint_eq(out[0], P(0));
+    ck_assert_uint_eq(out[1], P(1));
+    ht_gate_add(t, -1);
+    /* one inline value: taken, the key leaves */
+    ck_assert_uint_eq(ht_match_many(t, other, HT_KIND_PKT, out, 8), 1);
+    ck_assert_uint_eq(out[0], R(100));
+    ck_assert_uint_eq(ht_match_many(t, k, HT_KIND_REQ, out, 8), 1);
+    ck_assert_uint_eq(out[0], P(2));
+    ck_assert_uint_eq(ht_count(t), 0);
+    ht_destroy(t);
+}
+END_TEST
+
 /* I9's bound: a ring of more than HT_KEEP_CAP (256) values is not kept,
  * so the next round allocates again. */
 START_TEST(big_queue_is_not_kept)
@@ -297,7 +358,7 @@ START_TEST(grows_with_keys_and_shrinks_back)
             ht_match_or_insert(t, ht_make_key(0, (uint32_t)i % 7, (uint32_t)i), R(i % 4096)),
             HT_EMPTY);
     /* the server prefetches for a batch once the table has grown (p2p.c,
-     * proto_peek_data): a hint that changes nothing, present key or not */
+     * proto_on_batch): a hint that changes nothing, present key or not */
     ck_assert(ht_grown(t));
     for (int i = 0; i < 64; i++)
         ht_prefetch(t, ht_make_key((unsigned)i, (uint32_t)i % 7, (uint32_t)i * 977u));
@@ -391,10 +452,34 @@ START_TEST(random_ops_match_a_model)
             kind = (int)(xs32(&rng) & 1);
         }
         ht_key key = ht_make_key((unsigned)k % 3, (uint32_t)k % 11, (uint32_t)k);
+        struct model_q *q = &m[k];
+        if (xs32(&rng) % 8 == 0) {
+            /* a run of arrivals (or posts) under k matched at once: the
+             * oldest of the other kind, up to max, oldest first */
+            ht_value many[24];
+            size_t max = xs32(&rng) % 24;
+            size_t n = ht_match_many(t, key, kind ? HT_KIND_PKT : HT_KIND_REQ, many, max);
+            size_t want = q->n > 0 && q->kind != kind ? ((size_t)q->n < max ? (size_t)q->n : max)
+                                                      : 0;
+            ck_assert_msg(n == want, "op %d key %d: took %zu of %zu", op, k, n, want);
+            for (size_t i = 0; i < n; i++) {
+                int id = q->ids[q->head];
+                ck_assert_msg(many[i] == (kind ? R(id) : P(id)), "op %d key %d: value %zu", op,
+                              k, i);
+                q->head = (q->head + 1) % 64;
+                q->n--;
+                live--;
+            }
+            if (n > 0 && q->n == 0) {
+                int last = waiting[--nwaiting];
+                waiting[where[k]] = last;
+                where[last] = where[k];
+            }
+            continue;
+        }
         int id = next_id++ % 4096;
         ht_value v = kind ? P(id) : R(id);
         ht_value got = ht_match_or_insert(t, key, v);
-        struct model_q *q = &m[k];
         if (q->n > 0 && q->kind != kind) {
             int want = q->ids[q->head];
             q->head = (q->head + 1) % 64;
@@ -551,6 +636,7 @@ static Suite *hashtbl_suite(void)
     tcase_add_test(tc, remove_if_keeps_the_rest_in_order);
     tcase_add_test(tc, emptied_queue_is_kept_for_the_next);
     tcase_add_test(tc, big_queue_is_not_kept);
+    tcase_add_test(tc, match_many_takes_the_oldest_in_order);
     suite_add_tcase(s, tc);
     return s;
 }

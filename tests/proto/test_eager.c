@@ -792,6 +792,104 @@ START_TEST(cross_flood_completes)
 }
 END_TEST
 
+/* Batches of arrivals matched ahead (p2p.c, proto_on_batch). The
+ * receiver's progress is held up while the sender streams messages of
+ * one key into the ring, then let go, so that its polls hand over full
+ * batches of lent arrivals (the hold-up hook itself is cleared first: it
+ * copies arrivals out of the ring). Message i carries i in its first 4
+ * bytes; every receive must get its own message in posting order:
+ *   - plain: more messages than receives posted at the hold-up (the run
+ *     outgrows the receives waiting: the rest wait in the table and are
+ *     taken by receives posted later), sizes 8 and 100;
+ *   - mixed: every 13th message above the eager limit (an RTS within a
+ *     run), receive 20 too short (truncated in the run) and receive 45
+ *     from MPIV_ANY_SOURCE (the gate is open until it matches).
+ * On shm the plain stream must have matched some arrivals ahead. */
+enum { BATCH_POSTED = 64, BATCH_N = 96 };
+
+static size_t batch_size(int i, bool mixed, size_t big)
+{
+    if (mixed && i % 13 == 12)
+        return big;
+    return i % 3 ? 100 : 8;
+}
+
+static void batch_stream(bool mixed)
+{
+    size_t big = proto_eager_max(1 - me) + 1;
+    size_t slot = mixed ? big : 100;
+    unsigned char *bufs = malloc((size_t)BATCH_N * slot);
+    mpiv_request_t *req = malloc(BATCH_N * sizeof *req);
+    ck_assert(bufs && req);
+    int tag = mixed ? 24 : 23;
+    if (me == 0) {
+        OK(mpiv_barrier());
+        for (int i = 0; i < BATCH_N; i++) {
+            unsigned char *m = bufs + (size_t)i * slot;
+            size_t size = batch_size(i, mixed, big);
+            fill(m, size, (unsigned)i);
+            if (size >= 4)
+                memcpy(m, &i, 4);
+            OK(mpiv_isend(m, size, 1, tag, &req[i]));
+        }
+        OK(mpiv_waitall(BATCH_N, req, NULL));
+    } else {
+        for (int i = 0; i < BATCH_POSTED; i++) {
+            size_t cap = mixed && i == 20 ? 4 : slot;
+            int src = mixed && i == 45 ? MPIV_ANY_SOURCE : 0;
+            OK(mpiv_irecv(bufs + (size_t)i * slot, cap, src, tag, &req[i]));
+        }
+        atomic_store(&stalled, 0);
+        srv_fault_set(stall, (void *)(intptr_t)200);
+        OK(mpiv_barrier()); /* held up while the sender streams */
+        srv_fault_set(NULL, NULL);
+        for (int i = 0; i < BATCH_N; i++) {
+            unsigned char *m = bufs + (size_t)i * slot;
+            size_t size = batch_size(i, mixed, big);
+            mpiv_status_t st;
+            if (i >= BATCH_POSTED) {
+                OK(mpiv_recv(m, slot, 0, tag, &st));
+            } else if (mixed && i == 20) {
+                /* its message's size says which it was; nothing is copied */
+                ck_assert_int_eq(mpiv_wait(&req[i], &st), MPIV_ERR_TRUNCATE);
+                ck_assert_int_eq(st.error, MPIV_ERR_TRUNCATE);
+                ck_assert_uint_eq(st.size, size);
+                continue;
+            } else {
+                OK(mpiv_wait(&req[i], &st));
+            }
+            int got = -1;
+            if (size >= 4)
+                memcpy(&got, m, 4);
+            ck_assert_msg(st.size == size, "receive %d: %zu bytes, expected %zu", i, st.size,
+                          size);
+            ck_assert_int_eq(st.source, 0);
+            ck_assert_msg(size < 4 || got == i, "receive %d got message %d", i, got);
+            size_t j = 4;
+            while (j < size && m[j] == pattern(j, (unsigned)i))
+                j++;
+            ck_assert_msg(size < 4 || j == size, "message %d, byte %zu", i, j);
+        }
+    }
+    free(bufs);
+    free(req);
+    OK(mpiv_barrier());
+}
+
+START_TEST(batches_match_ahead_in_order)
+{
+    trace("start batches_match_ahead_in_order");
+    struct proto_stats before, after;
+    proto_get_stats(&before);
+    batch_stream(false);
+    proto_get_stats(&after);
+    if (me == 1 && srv_inline_max(0) > 0) /* shm: arrivals are lent in batches */
+        ck_assert_msg(after.matched_ahead > before.matched_ahead,
+                      "no arrival of the stream was matched with its batch");
+    batch_stream(true);
+}
+END_TEST
+
 static int eager_init(int *argc, char ***argv)
 {
     (void)argc;
@@ -822,6 +920,7 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, rendezvous_streams);
     tcase_add_test(tc, one_message_ults_never_block);
     tcase_add_test(tc, copy_cap_waits_in_order);
+    tcase_add_test(tc, batches_match_ahead_in_order);
     suite_add_tcase(s, tc);
     TCase *flood = tcase_create("crossflood");
     tcase_set_timeout(flood, 300);
