@@ -1067,9 +1067,12 @@ static struct {
  * the first one that is not (an RTS, or a message no receive waits for
  * yet) blocks its key for the rest of the batch, whose arrivals under it
  * then match one by one as they are handled, against the receives left.
- * When the table has grown (a backlog: its lookups miss the cache), the
- * lines the lookups will read are asked for first, so that the misses
- * overlap. */
+ * A receive taken ahead is for a moment neither in the table nor
+ * complete: a cancel or a failed peer's sweep that runs meanwhile (an
+ * error event of the same poll) does not find it, and it completes with
+ * its message, as it would had the match come first. When the table has
+ * grown (a backlog: its lookups miss the cache), the lines the lookups
+ * will read are asked for first, so that the misses overlap. */
 void proto_on_batch(const struct srv_lent *a, int n)
 {
     if (util_unlikely(pre.next != pre.n))
