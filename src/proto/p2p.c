@@ -1107,11 +1107,13 @@ void proto_on_batch(const struct srv_lent *a, int n)
         if (type == PROTO_EAGER)
             while (i + m < n && pre.a[i + m].type == PROTO_EAGER && keys[i + m] == k)
                 m++;
-        bool free_k = true;
+        /* A lone arrival gains nothing here (one lookup either way) and,
+         * with no receive waiting, would pay two: it goes its own way. */
+        bool free_k = m > 1;
         for (int b = 0; b < nblocked && free_k; b++)
             free_k = blocked[b] != k;
         size_t got = 0;
-        if (type == PROTO_EAGER && free_k) {
+        if (free_k) {
             ht_value v[SRV_BATCH];
             got = ht_match_many(proto.ht, k, HT_KIND_PKT, v, (size_t)m);
             for (size_t j = 0; j < got; j++)
@@ -1122,7 +1124,7 @@ void proto_on_batch(const struct srv_lent *a, int n)
                                                            memory_order_relaxed) + got,
                                       memory_order_relaxed);
         }
-        if (got < (size_t)m && free_k)
+        if (got < (size_t)m) /* (a key blocked already may come twice) */
             blocked[nblocked++] = k;
         i += m;
     }
