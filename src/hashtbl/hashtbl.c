@@ -249,6 +249,17 @@ static void ht_queue_free(struct ht_queue *q)
     free(q);
 }
 
+/* A queue that emptied in stripe s (its lock held): kept for the stripe's
+ * next queue if it has none and the ring is small enough (I9), else
+ * returned, for the caller to free once the lock is dropped (I8). */
+static struct ht_queue *ht_queue_retire(struct ht_stripe *s, struct ht_queue *q)
+{
+    if (s->keep || q->cap > HT_KEEP_CAP)
+        return q;
+    s->keep = q;
+    return NULL;
+}
+
 void ht_destroy(struct ht_table *t)
 {
     if (!t)
@@ -459,10 +470,7 @@ search:;
                 if (q->count > 0)
                     goto done;
                 b->qmask &= ~(1u << j);
-                if (!s->keep && q->cap <= HT_KEEP_CAP)
-                    s->keep = q; /* I9 */
-                else
-                    garbage = q;
+                garbage = ht_queue_retire(s, q);
                 goto emptied;
             }
             if (!insert)
@@ -575,12 +583,12 @@ ht_value ht_match(struct ht_table *t, ht_key k, uintptr_t kind)
 
 size_t ht_match_many(struct ht_table *t, ht_key k, uintptr_t kind, ht_value *out, size_t max)
 {
+    if (!max)
+        return 0;
     uint64_t h = ht_hash(k);
     struct ht_stripe *s = ht_stripe_of(t, h);
     struct ht_queue *garbage = NULL;
     size_t got = 0, shrink_from = 0;
-    if (!max)
-        return 0;
     util_bias_lock(&s->lock);
     if (kind == HT_KIND_PKT && util_unlikely(ht_gate_load(t)))
         goto done; /* as ht_match's HT_DEFER: the ordered path decides */
@@ -609,10 +617,7 @@ size_t ht_match_many(struct ht_table *t, ht_key k, uintptr_t kind, ht_value *out
                 got = take;
                 if (q->count > 0)
                     goto done;
-                if (!s->keep && q->cap <= HT_KEEP_CAP)
-                    s->keep = q; /* I9 */
-                else
-                    garbage = q;
+                garbage = ht_queue_retire(s, q);
             }
             ht_entry_clear(s, i, j); /* emptied (I1, I4, I6) */
             if (util_unlikely(ht_wants_shrink(s)))
