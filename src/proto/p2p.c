@@ -349,27 +349,20 @@ static void poll_while_waiting(struct mpiv_request *r, bool ult)
     }
 }
 
-int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
+void proto_wait_pending(struct mpiv_request *r)
 {
-    /* Completed already (a window's waitall, an eager send): consumed
-     * with a load and a store, no waiter ever registered, so there is no
-     * bias to claim either. */
-    if (!sched_sync_consume(&r->sync)) {
-        /* A waiter other than the bias's owner registers with a CAS that
-         * the owner's plain signal would not see: it revokes the bias
-         * first. */
-        util_bias_claim();
-        bool ult = sched_in_ult();
-        if (!ult || srv_inline())
-            poll_while_waiting(r, ult);
-        sched_wait(&r->sync);
-    }
-    if (status) {
-        *status = r->status;
-        if (r->comm) /* a rank of the communicator, not of the world */
-            status->source = comm_from_world(r->comm, status->source);
-    }
-    return r->status.error;
+    /* A waiter other than the bias's owner registers with a CAS that the
+     * owner's plain signal would not see: it revokes the bias first. */
+    util_bias_claim();
+    bool ult = sched_in_ult();
+    if (!ult || srv_inline())
+        poll_while_waiting(r, ult);
+    sched_wait(&r->sync);
+}
+
+int proto_comm_source(const struct mpiv_comm *c, int world_rank)
+{
+    return comm_from_world(c, world_rank);
 }
 
 /* --- packets --------------------------------------------------------------- */
@@ -1773,10 +1766,17 @@ int mpiv_waitall(int n, mpiv_request_t reqs[], mpiv_status_t statuses[])
         return util_err(MPIV_ERR_ARG, "mpiv_waitall: %d requests at %p", n, (void *)reqs);
     int first = MPIV_SUCCESS;
     for (int i = 0; i < n; i++) {
-        int rc = mpiv_wait(&reqs[i], statuses ? &statuses[i] : NULL);
+        mpiv_status_t *st = statuses ? &statuses[i] : NULL;
+        if (!reqs[i]) {
+            empty_status(st);
+            continue;
+        }
+        int rc = proto_wait(reqs[i], st);
         if (rc && !first)
             first = rc;
     }
+    /* freed together: one call, one read of the thread's request cache */
+    proto_req_delete_n(reqs, n);
     return first;
 }
 

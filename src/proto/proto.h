@@ -296,13 +296,34 @@ int proto_start(enum proto_op op, void *buf, size_t size, int peer, int tag, int
 /* Receives the message a matched probe took (proto_improbe): r completes
  * like a receive that matched it. */
 void proto_imrecv(void *buf, size_t size, pkt_t *msg, struct mpiv_request *r);
-int proto_wait(struct mpiv_request *r, mpiv_status_t *status);
+/* Waits until r completes (it was not complete when first looked at) and
+ * consumes its completion, for proto_wait. */
+void proto_wait_pending(struct mpiv_request *r);
+/* The status source in the ranks of communicator c (comm.c). */
+int proto_comm_source(const struct mpiv_comm *c, int world_rank);
+/* Waits for r, fills status (may be NULL) and returns r's error; r stays
+ * allocated. Inline so that a request that completed already (a window's
+ * waitall, every eager send) costs a load and a store and no call: no
+ * waiter ever registered on it, so there is no bias to claim either. */
+static inline int proto_wait(struct mpiv_request *r, mpiv_status_t *status)
+{
+    if (util_unlikely(!sched_sync_consume(&r->sync)))
+        proto_wait_pending(r);
+    if (status) {
+        *status = r->status;
+        if (util_unlikely(r->comm != NULL)) /* a rank of the communicator */
+            status->source = proto_comm_source(r->comm, status->source);
+    }
+    return r->status.error;
+}
 /* The requests of the non-blocking calls (req.c): from a per-pthread
  * cache in front of malloc. proto_req_new returns NULL when out of
  * memory; proto_req_delete(NULL) does nothing. proto_req_cache_flush
  * empties the calling pthread's cache (mpiv_finalize). */
 struct mpiv_request *proto_req_new(void);
 void proto_req_delete(struct mpiv_request *r);
+/* proto_req_delete of each of rs[0..n) (NULLs skipped), each set to NULL. */
+void proto_req_delete_n(struct mpiv_request **rs, int n);
 void proto_req_cache_flush(void);
 /* 1 if r is complete (a later proto_wait returns at once), else 0. */
 int proto_test(struct mpiv_request *r);

@@ -83,16 +83,13 @@ __attribute__((noinline)) struct mpiv_request *proto_req_new(void)
     return malloc(sizeof(struct mpiv_request));
 }
 
-__attribute__((noinline)) void proto_req_delete(struct mpiv_request *r)
+static inline void cache_put(struct req_cache *c, struct mpiv_request *r)
 {
-    if (!r)
-        return;
-    struct req_cache *c = &req_cache;
     if (c->n >= REQ_CACHE_MAX) {
         free(r);
         return;
     }
-    if (!c->keyed) {
+    if (util_unlikely(!c->keyed)) {
         /* once per pthread: without a destructor its list would leak when
          * it exits (C4); if none can be had, do without the cache */
         pthread_once(&req_key_once, req_key_make);
@@ -106,6 +103,23 @@ __attribute__((noinline)) void proto_req_delete(struct mpiv_request *r)
     f->next = c->head;
     c->head = f;
     c->n++;
+}
+
+__attribute__((noinline)) void proto_req_delete(struct mpiv_request *r)
+{
+    if (r)
+        cache_put(&req_cache, r);
+}
+
+/* One read of the thread-local list for the whole array (C3). */
+__attribute__((noinline)) void proto_req_delete_n(struct mpiv_request **rs, int n)
+{
+    struct req_cache *c = &req_cache;
+    for (int i = 0; i < n; i++) {
+        if (rs[i])
+            cache_put(c, rs[i]);
+        rs[i] = NULL;
+    }
 }
 
 void proto_req_cache_flush(void)

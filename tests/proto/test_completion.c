@@ -113,6 +113,56 @@ START_TEST(any_some_all)
 }
 END_TEST
 
+/* waitall fills in every status (an empty one for MPIV_REQUEST_NULL, a
+ * communicator's receive in that communicator's ranks), returns the first
+ * error, and leaves every request MPIV_REQUEST_NULL; all to ourselves, so
+ * each request's outcome is known. */
+START_TEST(waitall_statuses_and_errors)
+{
+    mpiv_comm_t rev; /* ranks in reverse: a communicator rank is not the world's */
+    OK(mpiv_comm_split(MPIV_COMM_WORLD, 0, nranks - me, &rev));
+    int crank = -1;
+    OK(mpiv_comm_rank(rev, &crank));
+    ck_assert_int_eq(crank, nranks - 1 - me);
+    int a = 11, b[2] = {21, 22}, c = 31, ra = 0, rb = 0, rc = 0;
+    mpiv_request_t r[7];
+    OK(mpiv_irecv(&ra, sizeof ra, me, 80, &r[0]));
+    r[1] = MPIV_REQUEST_NULL;
+    OK(mpiv_irecv(&rb, sizeof rb, me, 81, &r[2])); /* b does not fit */
+    OK(mpiv_irecv_comm(&rc, sizeof rc, crank, 82, rev, &r[3]));
+    OK(mpiv_isend(&a, sizeof a, me, 80, &r[4]));
+    OK(mpiv_isend(b, sizeof b, me, 81, &r[5]));
+    OK(mpiv_isend_comm(&c, sizeof c, crank, 82, rev, &r[6]));
+    mpiv_status_t st[7];
+    memset(st, 0x5a, sizeof st);
+    ck_assert_int_eq(mpiv_waitall(7, r, st), MPIV_ERR_TRUNCATE);
+    for (int i = 0; i < 7; i++)
+        ck_assert_ptr_null(r[i]);
+    ck_assert_int_eq(ra, 11);
+    ck_assert_int_eq(st[0].source, me);
+    ck_assert_int_eq(st[0].tag, 80);
+    ck_assert_uint_eq(st[0].size, sizeof ra);
+    ck_assert_int_eq(st[0].error, MPIV_SUCCESS);
+    ck_assert_int_eq(st[1].source, -1);
+    ck_assert_int_eq(st[1].tag, -1);
+    ck_assert_uint_eq(st[1].size, 0);
+    ck_assert_int_eq(st[1].error, MPIV_SUCCESS);
+    ck_assert_int_eq(st[2].error, MPIV_ERR_TRUNCATE);
+    ck_assert_uint_eq(st[2].size, sizeof b); /* the message's real size */
+    ck_assert_int_eq(rc, 31);
+    ck_assert_int_eq(st[3].source, crank);
+    ck_assert_int_eq(st[3].tag, 82);
+    ck_assert_int_eq(st[3].error, MPIV_SUCCESS);
+    for (int i = 4; i < 7; i++)
+        ck_assert_int_eq(st[i].error, MPIV_SUCCESS);
+    ck_assert_uint_eq(st[5].size, sizeof b);
+    ck_assert_int_eq(st[6].source, crank);
+    /* every one waited on: nothing is left to complete */
+    OK(mpiv_waitall(7, r, NULL));
+    OK(mpiv_comm_free(&rev));
+}
+END_TEST
+
 /* Cancel: a receive nobody sends to is taken back, exact or wildcard; a
  * matched one is not; a send cannot be cancelled. */
 START_TEST(cancel)
@@ -357,6 +407,7 @@ static Suite *cp_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, all_null_requests);
     tcase_add_test(tc, any_some_all);
+    tcase_add_test(tc, waitall_statuses_and_errors);
     tcase_add_test(tc, cancel);
     tcase_add_test(tc, sendrecv_ring);
     tcase_add_test(tc, ssend_waits_for_the_receive);
