@@ -1472,7 +1472,8 @@ int proto_irecv(void *buf, size_t size, int src, int tag, int ctx, struct mpiv_r
         v = proto_post_ordered(k, r); /* a wildcard receive waits: numbered */
     if (v != HT_EMPTY) {
         proto_match(r, ht_ptr(v), false);
-    } else if (util_unlikely(!srv_peer_alive(src) && src != proto.rank) && proto_cancel_recv(r)) {
+    } else if (util_unlikely(!srv_none_failed()) && !srv_peer_alive(src) && src != proto.rank &&
+               proto_cancel_recv(r)) {
         /* I7: a rank declared failed before we were in the table sends
          * nothing more (one declared after finds us in its sweep). */
         req_put_mr(r);

@@ -651,6 +651,8 @@ void srv_set_handlers(srv_pkt_handler pkt, srv_imm_handler imm, srv_peer_handler
 
 size_t srv_max_write(void) { return srv_g.max_write; }
 
+_Atomic int srv_failed_peers_;
+
 bool srv_peer_alive(int peer)
 {
     return srv_g.inited && peer >= 0 && peer < srv_g.size &&
@@ -753,6 +755,7 @@ static void mark_dead(int peer)
     if (peer < 0 || peer >= srv_g.size ||
         atomic_exchange_explicit(&srv_g.peer_dead[peer], 1, memory_order_relaxed))
         return;
+    atomic_fetch_add_explicit(&srv_failed_peers_, 1, memory_order_relaxed);
     util_log_error("server: rank %d declared failed (a transfer with it failed)", peer);
     if (srv_g.peer_handler)
         srv_g.peer_handler(peer);
@@ -1216,6 +1219,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if ((rc = pick_backends()))
         goto fail_nets;
     srv_g.peer_dead = calloc((size_t)srv_g.size, sizeof *srv_g.peer_dead);
+    atomic_store_explicit(&srv_failed_peers_, 0, memory_order_relaxed);
     if (!srv_g.peer_dead) {
         rc = util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
         goto fail_nets;

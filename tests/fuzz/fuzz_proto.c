@@ -504,6 +504,7 @@ int srv_rdma_write_imm(const void *buf, size_t len, srv_mr *lmr, int peer, uint6
 }
 
 bool srv_peer_alive(int peer) { return !(peer == 1 && H.dead1); }
+_Atomic int srv_failed_peers_; /* as the server counts them: set with dead1 */
 
 /* No transport here copies in place: every message is a packet. */
 size_t srv_inline_max(int peer)
@@ -922,6 +923,7 @@ static void run(struct input *in)
         case FOP_PEER_FAILED:
             if (!H.dead1) {
                 H.dead1 = true;
+                atomic_store(&srv_failed_peers_, 1);
                 peer_failed(1);
             }
             break;
@@ -1052,6 +1054,7 @@ static void setup(void)
     H.whead = H.wlen = H.lhead = H.llen = H.nrecs = 0;
     memset(H.fault, 0, sizeof H.fault);
     H.dead1 = H.self_broken = false;
+    atomic_store(&srv_failed_peers_, 0);
     H.credit_consumed = H.credit_returned = 0;
     H.in_progress = 0;
     H.idle_spins = 0;
