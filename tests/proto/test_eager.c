@@ -40,6 +40,7 @@
  * rendezvous above a packet) as a cross-check.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -814,6 +815,22 @@ static size_t batch_size(int i, bool mixed, size_t big)
     return i % 3 ? 100 : 8;
 }
 
+/* What batch_stream found wrong with the server's arrival counts, if
+ * anything. */
+static char count_err[256];
+
+/* Arrivals and their bytes over all of this rank's backends. */
+static void net_totals(uint64_t *msgs, uint64_t *bytes)
+{
+    struct srv_net_stats st[4];
+    int n = srv_get_net_stats(st, 4);
+    *msgs = *bytes = 0;
+    for (int k = 0; k < n; k++) {
+        *msgs += st[k].msgs;
+        *bytes += st[k].bytes;
+    }
+}
+
 static void batch_stream(bool mixed)
 {
     size_t big = proto_eager_max(1 - me) + 1;
@@ -834,6 +851,8 @@ static void batch_stream(bool mixed)
         }
         OK(mpiv_waitall(BATCH_N, req, NULL));
     } else {
+        uint64_t from0 = srv_peer_arrivals(0), msgs = 0, bytes = 0;
+        net_totals(&msgs, &bytes);
         for (int i = 0; i < BATCH_POSTED; i++) {
             size_t cap = mixed && i == 20 ? 4 : slot;
             int src = mixed && i == 45 ? MPIV_ANY_SOURCE : 0;
@@ -870,6 +889,20 @@ static void batch_stream(bool mixed)
                 j++;
             ck_assert_msg(size < 4 || j == size, "message %d, byte %zu", i, j);
         }
+        /* Every arrival counted once, also those handled as a batch: the
+         * stream's, and at most a few more (the barrier's, credit). Told
+         * at the end of the test, where a failure does not leave the other
+         * rank waiting in this one. */
+        uint64_t got = srv_peer_arrivals(0) - from0, msgs2 = 0, bytes2 = 0, least = 0;
+        net_totals(&msgs2, &bytes2);
+        for (int i = 0; i < BATCH_N; i++)
+            least += batch_size(i, mixed, big) > proto_eager_max(0) ? 0 : batch_size(i, mixed, big);
+        if (got < BATCH_N || got > BATCH_N + 16 || msgs2 - msgs != got ||
+            (!mixed && bytes2 - bytes < least))
+            snprintf(count_err, sizeof count_err,
+                     "%s stream: %" PRIu64 " arrivals counted from rank 0, %" PRIu64
+                     " by the backends, %" PRIu64 " bytes (at least %" PRIu64 " came)",
+                     mixed ? "mixed" : "plain", got, msgs2 - msgs, bytes2 - bytes, least);
     }
     free(bufs);
     free(req);
@@ -887,6 +920,7 @@ START_TEST(batches_match_ahead_in_order)
         ck_assert_msg(after.matched_ahead > before.matched_ahead,
                       "no arrival of the stream was matched with its batch");
     batch_stream(true);
+    ck_assert_msg(count_err[0] == '\0', "%s", count_err);
 }
 END_TEST
 
