@@ -56,6 +56,7 @@
 #include <sys/mman.h>
 
 #include "sched/sched_internal.h"
+#include "util/bias.h"
 
 struct sched_global sched_g;
 _Thread_local struct sched_worker *sched_tls_worker __attribute__((tls_model("initial-exec")));
@@ -387,19 +388,12 @@ static bool any_runnable(struct sched_worker *w, memory_order mo)
  * makes its ULT runnable too, which the idle loop sees by itself; one
  * started on an event (sched_ult_start_on) is live but not runnable, which
  * the idle loop checks at each turn, and the sleep check again (seq_cst);
- * a stale true after the last join only keeps w polling for one more idle
- * spell. */
+ * a stale true after the last join only keeps w polling for one more turn
+ * of its idle spell. */
 static bool has_live(struct sched_worker *w)
 {
     /* relaxed: see above */
     return atomic_load_explicit(&w->live, memory_order_relaxed) > 0;
-}
-
-/* Whether an idle w must stay up for the idle hook (sched_set_idle_stay):
- * it has live ULTs, which may wait for what only the hook brings. */
-static bool stay_awake(struct sched_worker *w)
-{
-    return hook_is_progress() && has_live(w);
 }
 
 static void worker_loop(struct sched_worker *w)
@@ -415,8 +409,9 @@ static void worker_loop(struct sched_worker *w)
             continue;
         }
         /* idle: spin, then yield the core (util_idle), then sleep on the
-         * futex; or, while the hook is all that can wake our ULTs
-         * (stay_awake), nap between calls of the hook instead */
+         * futex; or, while the hook is all that can wake our ULTs (we have
+         * live ULTs and no server thread runs), nap between calls of the
+         * hook instead */
         struct util_idle idle;
         util_idle_reset(&idle);
         int stay = -1; /* not asked yet this spell */
@@ -436,19 +431,31 @@ static void worker_loop(struct sched_worker *w)
             /* relaxed: finalize wakes us again after setting stop */
             if (atomic_load_explicit(&w->stop, memory_order_relaxed))
                 return;
-            /* A ULT counted live during the spell without being made
-             * runnable (sched_ult_start_on: it waits before it ever ran)
-             * needs the network polled for it from now on. */
+            /* Asked at each turn: a ULT counted live during the spell
+             * without being made runnable (sched_ult_start_on: it waits
+             * before it ever ran) needs the network polled for it from
+             * now on; and once the last ULT is joined nobody here waits
+             * on the network any more (whether to stay up is asked
+             * again too). */
+            bool p = !hook_is_progress() || has_live(w);
+            if (p != poll) {
+                poll = p;
+                stay = -1;
+            }
+            /* A worker left without ULTs keeps out of the network, and
+             * the thread that communicates now (main's, after the join)
+             * takes the one-thread fast path over instead of revoking it
+             * (util/bias.h, B8; nothing is held between sweeps). */
             if (!poll)
-                poll = has_live(w);
+                util_bias_park();
             if (poll && run_idle_hook()) {
                 util_idle_reset(&idle); /* work came: stay responsive */
                 continue;
             }
             if (util_idle_step(&idle) != UTIL_IDLE_LONG)
                 continue;
-            if (stay < 0)
-                stay = stay_awake(w);
+            if (stay < 0) /* from this turn's answer, as the park above */
+                stay = hook_is_progress() && poll;
             if (!stay)
                 break;
             util_idle_nap(&idle);
@@ -467,6 +474,9 @@ static void worker_loop(struct sched_worker *w)
             atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
             continue;
         }
+        /* No live ULT now (the check above), whatever this spell saw:
+         * never sleep holding the fast path (util/bias.h, B8) */
+        util_bias_park();
         /* relaxed: the futex re-checks the value in the kernel, and the
          * sweep's exchanges order the data */
         while (atomic_load_explicit(&w->sleeping, memory_order_relaxed) == 1)
@@ -910,6 +920,12 @@ int mpiv_ult_join(mpiv_ult_t h, void **retval)
                             : "mpiv_ult_join: stale handle: ULT %u of worker %d was joined and "
                               "its slot reused since",
                         u->id, u->w->id);
+    /* A pthread that blocks here stops communicating: the ULT it waits
+     * for may be the one that communicates now, so it gets the one-thread
+     * fast path instead of revoking it (util/bias.h, B8; nothing is held
+     * here). */
+    if (!sched_self() && !sched_sync_signalled(&u->join))
+        util_bias_park();
     sched_wait_inline(&u->join);
     if (retval)
         *retval = u->io.ret;

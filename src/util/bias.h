@@ -14,22 +14,34 @@
  * So the hot locks of the messaging layer are *biased* (the technique of
  * biased locking in JVMs): once armed (util_bias_arm, by mpiv_init when no
  * server thread runs), the first thread to take one becomes the owner, and
- * the owner takes them with plain loads and stores. The first other thread
- * to take one revokes the bias for good: it turns it off, makes every
+ * the owner takes them with plain loads and stores. An other thread that
+ * takes one while the owner is active (not parked, below) revokes the
+ * bias for good: it turns it off, makes every
  * thread of the process execute a full barrier (membarrier(2)), and waits
  * until the owner is in no section it entered without locking. From then
  * on everybody locks, the owner too.
  *
  * State: util_bias_word is 0 (off: lock for real), UTIL_BIAS_ARMED (no owner
- * yet), the owner's token (the address of its thread-local word, even), or
- * the token + 1 while a revocation is under way. util_bias_depth counts the
+ * yet), the owner's token (the address of its thread-local word, a
+ * multiple of 4), the token + 1 while a revocation is under way, or the
+ * token + 2 while the owner is parked (B8). util_bias_depth counts the
  * owner's open sections (plain-taken locks and signals in progress); only
  * the owner writes it.
  *
+ * A thread that stops communicating for a while at a point where it holds
+ * nothing (a pthread blocking in mpiv_ult_join, a worker left without
+ * ULTs) parks its bias (util_bias_park). The next thread that communicates
+ * then takes the bias over, instead of revoking it for good: so a program
+ * whose main thread initialises, then runs its ULTs on one worker and
+ * joins them, keeps the fast path in whichever thread is the one
+ * communicating. A thread that finds the owner active waits a little for
+ * it to park (it may be on its way to a join) before it revokes.
+ *
  * Invariants
- *   B1  While the word holds the owner's token, or the token + 1, no other
- *       thread touches a biased lock or what it protects: a non-owner first
- *       revokes or waits for the revocation under way (util_bias_settle,
+ *   B1  While the word holds the owner's token, the token + 1 or the token
+ *       + 2, no other thread touches a biased lock or what it protects: a
+ *       non-owner first takes a parked bias over (B8), revokes, or waits
+ *       for the revocation under way (util_bias_settle,
  *       under a mutex the revoker holds throughout), and the word becomes
  *       0 only once depth is 0 after it became token + 1. (A revoker that
  *       wrote 0 first would let a third thread lock for real while the
@@ -59,8 +71,14 @@
  *       releases the mutex that the threads waiting in settle take, and
  *       before it stores 0 with release, which a thread arriving later
  *       reads with acquire (util_bias_begin, util_bias_claim).
- *   B6  The word goes from the owner's token only to 0, and from 0 back to
- *       armed only in util_bias_arm (mpiv_init): a bias is revoked once.
+ *   B6  The word goes from the owner's token to token + 1 (a revocation,
+ *       which ends at 0) or to token + 2 (parked, by the owner only), and
+ *       from token + 2 back to the token (the owner) or to another
+ *       thread's token (a takeover, under bias_mu); each of these by a
+ *       compare-and-swap, so a park, an unpark, a takeover and the start
+ *       of a revocation that race decide by which swap wins. From 0 it
+ *       goes back to armed only in util_bias_arm (mpiv_init): a bias is
+ *       revoked once.
  *   B7  No other thread is in biased code when the bias is armed: a thread
  *       that read the word as 0 just before could lock for real at the
  *       moment the owner's plain test-then-store takes the same lock.
@@ -69,6 +87,18 @@
  *       out of the network (sched.c). The owner's plain acquisition still
  *       reads the lock with acquire, so it sees what a real holder before
  *       the arming wrote.
+ *   B8  A thread parks only at a point where it is in no section, holds no
+ *       lock (biased or one that biased code takes) and is in no lock
+ *       operation, and depth is 0 (util_bias_park checks it). While the
+ *       word is token + 2 the owner runs no biased code: its next biased
+ *       call first swaps the word back (util_bias_settle), and if another
+ *       thread took the bias over meanwhile it is a non-owner from then
+ *       on. So a takeover meets no open section and no lock taken for
+ *       real (those exist only once the word was 0 or token + 1, and the
+ *       word never leaves 0, and token + 1 ends at 0), and only the new
+ *       owner writes depth. The park's swap is a release and the
+ *       takeover's an acquire: what the parked owner wrote is visible to
+ *       the new one (B5's role).
  *
  * Not covered: fork() of a process whose bias is owned (the child inherits
  * the word; MPIv in a forked child is not supported anyway).
@@ -84,6 +114,7 @@
 
 #define UTIL_BIAS_ARMED ((uintptr_t)1)
 #define UTIL_BIAS_REVOKING ((uintptr_t)1) /* added to the owner's token (B1) */
+#define UTIL_BIAS_PARKED ((uintptr_t)2)   /* added to the owner's token (B8) */
 #define UTIL_SPIN_PLAIN 2 /* B3: the value of a lock taken without a locked instruction */
 
 /* Each in a cache line of its own: every biased lock reads the word, and
@@ -98,9 +129,9 @@ extern struct util_bias_line util_bias_word_ __attribute__((visibility("hidden")
 extern struct util_bias_line util_bias_depth_ __attribute__((visibility("hidden")));
 #define util_bias_word (util_bias_word_.v)
 #define util_bias_depth (util_bias_depth_.v)
-/* Only its address is used: the calling thread's token, even (B1). */
-_Static_assert(_Alignof(uint16_t) >= 2, "tokens must be even");
-extern _Thread_local uint16_t util_bias_me
+/* Only its address is used: the calling thread's token, a multiple of 4,
+ * so that token + 1 and token + 2 are never another thread's token. */
+extern _Thread_local _Alignas(4) uint16_t util_bias_me
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 /* Arms the fast path: the next thread to take a biased lock owns it.
@@ -109,13 +140,22 @@ bool util_bias_arm(void);
 /* Off for good, revoking first if another thread owns it. Call with no
  * biased lock held. */
 void util_bias_disarm(void);
-/* The word held neither 0 nor our token: claims the bias if it is armed,
- * else revokes it or waits for the revocation under way (B1); the word is
- * read again under the mutex. Returns true if the caller owns it now. */
+/* The word held neither 0 nor our token: takes our parked bias back, claims
+ * the bias if it is armed or takes it over if its owner parked, else waits
+ * a little for the owner to park and then revokes it, or waits for the
+ * revocation under way (B1, B8); the word is read again under the mutex.
+ * Returns true if the caller owns it now. */
 bool util_bias_settle(void);
-/* For logs and tests: revocations since start, and whether the calling
- * thread owns the bias. */
+/* Parks the bias if the calling thread owns it (B8): call only where the
+ * thread is in no section and holds no lock, before it stops
+ * communicating for a while (a blocking join, a worker's idle spell
+ * without ULTs). Its next biased call takes it back if nobody took it
+ * over meanwhile. */
+void util_bias_park(void);
+/* For logs and tests: revocations and takeovers of a parked bias since
+ * start, and whether the calling thread owns the bias (parked: no). */
 long util_bias_revocations(void);
+long util_bias_takeovers(void);
 bool util_bias_mine(void);
 
 static inline uintptr_t util_bias_token(void) { return (uintptr_t)&util_bias_me; }

@@ -7,6 +7,9 @@
  *   arrive intact; ULTs communicate afterwards as usual.
  *   case "ult": one worker runs every ULT, so the worker owns the bias
  *   while 64 ULTs ping-pong.
+ *   case "handover": the bias follows the thread that communicates: main
+ *   parks it when it joins a ULT, the worker takes it over, parks it when
+ *   left without ULTs, and main takes it back; no revocation.
  *   case "alone": a ULT that is its worker's only one waits by polling
  *   the network itself, never switching out (proto_wait, sched_ult_alone);
  *   one that waits so switches out when another ULT is spawned onto its
@@ -323,6 +326,97 @@ static int one_thread_init(int *argc, char ***argv)
     return mpiv_size() == 2 ? 0 : 2;
 }
 
+/* The bias follows the thread that communicates (util/bias.h, B8): main
+ * communicates and owns it, parks it as it blocks in a join, and the
+ * worker that runs the ULT takes it over; the worker parks it once it is
+ * left without ULTs, and main takes it back at its next call. Three
+ * rounds, with no revocation. Each side waits for the other's park before
+ * it communicates: what is checked is the handover, not how long a thread
+ * waits for a park before it revokes. */
+static _Atomic uintptr_t main_token;
+
+static bool parked_or_free(uintptr_t w, uintptr_t mine)
+{
+    return w == 0 || w == UTIL_BIAS_ARMED || w == mine || (w & 3) == UTIL_BIAS_PARKED;
+}
+
+static void wait_parked(uintptr_t mine)
+{
+    time_t t0 = time(NULL);
+    while (!parked_or_free(atomic_load(&util_bias_word), mine)) {
+        ck_assert_msg(time(NULL) - t0 < 20, "the owner never parked the bias");
+        sched_yield();
+    }
+}
+
+static void *handed_over(void *p)
+{
+    struct stream *s = p;
+    /* main is on its way to the join */
+    while (atomic_load(&util_bias_word) == atomic_load(&main_token))
+        sched_yield();
+    stream_main(s);
+    atomic_store(&ult_owned, util_bias_mine());
+    return NULL;
+}
+
+START_TEST(the_bias_follows_the_thread_that_communicates)
+{
+    long took = util_bias_takeovers();
+    atomic_store(&main_token, util_bias_token());
+    for (int r = 0; r < 3; r++) {
+        wait_parked(util_bias_token());
+        struct stream a = {.tag = 400 + r, .rounds = 60};
+        stream_main(&a);
+        ck_assert_int_eq(a.rc, 0);
+        ck_assert_int_eq(util_bias_mine(), bias_expected());
+        struct stream b = {.tag = 500 + r, .rounds = 60};
+        atomic_store(&ult_owned, 0);
+        mpiv_ult_t u;
+        OK(mpiv_ult_spawn(handed_over, &b, MPIV_WORKER_ANY, &u));
+        OK(mpiv_ult_join(u, NULL));
+        ck_assert_int_eq(b.rc, 0);
+        ck_assert_int_eq(atomic_load(&ult_owned), bias_expected());
+    }
+    ck_assert_int_eq(util_bias_revocations(), 0);
+    /* main to the worker three times, back twice */
+    ck_assert_int_eq(util_bias_takeovers() - took, bias_expected() ? 5 : 0);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static void *plain_stream(void *p)
+{
+    stream_main(p);
+    return NULL;
+}
+
+/* The same turns without waiting for the parks: main communicates again
+ * the moment its join returns, and a ULT the moment it runs, so each may
+ * meet the other still active and wait for its park (or, past the wait,
+ * revoke: allowed here, a loaded machine may get there). The messages
+ * stay intact, and the bias changed hands at least once. */
+START_TEST(turns_without_waiting_for_the_park)
+{
+    long took = util_bias_takeovers();
+    for (int r = 0; r < 20; r++) {
+        struct stream a = {.tag = 600 + r, .rounds = 20};
+        stream_main(&a);
+        ck_assert_int_eq(a.rc, 0);
+        struct stream b = {.tag = 700 + r, .rounds = 20};
+        mpiv_ult_t u;
+        OK(mpiv_ult_spawn(plain_stream, &b, MPIV_WORKER_ANY, &u));
+        OK(mpiv_ult_join(u, NULL));
+        ck_assert_int_eq(b.rc, 0);
+    }
+    if (bias_expected())
+        ck_assert_int_gt(util_bias_takeovers() - took, 0);
+    else
+        ck_assert_int_eq(util_bias_takeovers() - took, 0);
+    OK(mpiv_barrier());
+}
+END_TEST
+
 static Suite *one_thread_suite(void)
 {
     Suite *s = suite_create("one_thread");
@@ -335,6 +429,11 @@ static Suite *one_thread_suite(void)
     tcase_set_timeout(u, 120);
     tcase_add_test(u, one_worker_owns_it_for_its_ults);
     suite_add_tcase(s, u);
+    TCase *h = tcase_create("handover");
+    tcase_set_timeout(h, 120);
+    tcase_add_test(h, the_bias_follows_the_thread_that_communicates);
+    tcase_add_test(h, turns_without_waiting_for_the_park);
+    suite_add_tcase(s, h);
     TCase *a = tcase_create("alone");
     tcase_set_timeout(a, 120);
     tcase_add_test(a, a_lone_ult_waits_in_place);

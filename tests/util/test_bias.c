@@ -175,12 +175,17 @@ static atomic_int go;
  * threads inside at once lose an update nearly every time: longer than a
  * membarrier takes, or the revoker would come out of it only after the
  * owner's section had ended anyway, and a missing wait would go unseen. */
+static atomic_int inside, overlapped; /* threads in bump now; ever two at once */
+
 static void bump(void)
 {
+    if (atomic_fetch_add_explicit(&inside, 1, memory_order_relaxed) != 0)
+        atomic_store_explicit(&overlapped, 1, memory_order_relaxed);
     long v = counter;
     for (volatile int i = 0; i < 2000; i++)
         ;
     counter = v + 1;
+    atomic_fetch_sub_explicit(&inside, 1, memory_order_relaxed);
 }
 
 /* One increment, in one of the three ways the library protects data:
@@ -269,6 +274,125 @@ START_TEST(revocation_under_traffic_loses_nothing)
 }
 END_TEST
 
+/* Threads that take turns: each runs bursts of sections, parking the
+ * bias after each burst (B8), so that the others take it over from the
+ * parked owner, or revoke it from an active one that keeps it past their
+ * wait. Loose turns pause between bursts of 50; tight ones park after
+ * every 1 to 4 sections and go on at once, so that parks, take-backs and
+ * takeovers race. No two threads may ever be in a section at once, and no
+ * increment may be lost: a takeover that did not wait for the park (an
+ * active owner taken over mid-section), or a take-back that is not a
+ * swap, lets two in. */
+#define TURN_THREADS 3
+#define TURN_BURSTS 60
+#define TURN_BURST 50
+
+static _Atomic bool tight;
+
+static void *taker(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    while (!atomic_load(&go))
+        ;
+    for (int b = 0; b < TURN_BURSTS; b++) {
+        int n = atomic_load(&tight) ? (int)(rand_r(&seed) % 4) + 1 : TURN_BURST;
+        for (int k = 0; k < n; k++)
+            section((int)(rand_r(&seed) % 3));
+        util_bias_park(); /* between bursts nothing is held */
+        if (!atomic_load(&tight)) {
+            struct timespec ts = {0, (long)(rand_r(&seed) % 50000)};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(takeovers_under_traffic_lose_nothing)
+{
+    long took = util_bias_takeovers();
+    atomic_store(&overlapped, 0);
+    for (int r = 0; r < 20; r++) {
+        atomic_store(&tight, r % 2 == 1);
+        ck_assert(util_bias_arm());
+        counter = 0;
+        long want = 0;
+        unsigned seed = 0;
+        atomic_store(&go, 0);
+        pthread_t t[TURN_THREADS];
+        for (int i = 0; i < TURN_THREADS; i++)
+            ck_assert_int_eq(pthread_create(&t[i], NULL, taker, (void *)(uintptr_t)(r * 10 + i + 1)),
+                             0);
+        atomic_store(&go, 1);
+        for (int i = 0; i < TURN_THREADS; i++)
+            pthread_join(t[i], NULL);
+        /* the counts each taker drew, drawn again */
+        for (int i = 0; i < TURN_THREADS; i++) {
+            seed = (unsigned)(r * 10 + i + 1);
+            for (int b = 0; b < TURN_BURSTS; b++) {
+                int n = atomic_load(&tight) ? (int)(rand_r(&seed) % 4) + 1 : TURN_BURST;
+                want += n;
+                for (int k = 0; k < n; k++)
+                    (void)rand_r(&seed);
+                if (!atomic_load(&tight))
+                    (void)rand_r(&seed);
+            }
+        }
+        ck_assert_msg(counter == want, "round %d (%s): %ld increments of %ld survived", r,
+                      atomic_load(&tight) ? "tight" : "loose", counter, want);
+        ck_assert_msg(!atomic_load(&overlapped), "round %d: two threads in a section at once", r);
+        util_bias_disarm();
+    }
+    /* the bias did change hands without a revocation */
+    ck_assert_int_gt(util_bias_takeovers() - took, 0);
+}
+END_TEST
+
+/* A parked owner takes its bias back with its next lock; a parked bias is
+ * taken over by the next thread that locks, with no revocation; and the
+ * previous owner then locks for real while the new one holds it. */
+static void *lock_once(void *arg)
+{
+    util_spinlock *l = arg;
+    util_bias_lock(l);
+    bool mine = util_bias_mine();
+    util_bias_unlock(l);
+    util_bias_park();
+    return (void *)(uintptr_t)mine;
+}
+
+START_TEST(a_parked_bias_is_taken_back_or_over)
+{
+    ck_assert(util_bias_arm());
+    long revoked = util_bias_revocations(), took = util_bias_takeovers();
+    util_spinlock l = UTIL_SPINLOCK_INIT;
+    util_bias_lock(&l);
+    ck_assert(util_bias_mine());
+    util_bias_unlock(&l);
+    util_bias_park();
+    ck_assert(!util_bias_mine());
+    ck_assert_uint_eq(atomic_load(&util_bias_word), util_bias_token() + UTIL_BIAS_PARKED);
+    util_bias_lock(&l); /* back: ours again, plainly */
+    ck_assert(util_bias_mine());
+    ck_assert_int_eq(locked(&l), UTIL_SPIN_PLAIN);
+    util_bias_unlock(&l);
+    util_bias_park();
+    pthread_t t;
+    void *mine = NULL;
+    ck_assert_int_eq(pthread_create(&t, NULL, lock_once, &l), 0);
+    pthread_join(t, &mine);
+    ck_assert_msg(mine != NULL, "the second thread did not take the parked bias over");
+    ck_assert_int_eq(util_bias_takeovers() - took, 1);
+    ck_assert_int_eq(util_bias_revocations() - revoked, 0);
+    /* it parked in turn, and exited: ours again at our next lock */
+    util_bias_lock(&l);
+    ck_assert(util_bias_mine());
+    util_bias_unlock(&l);
+    ck_assert_int_eq(util_bias_takeovers() - took, 2);
+    ck_assert_int_eq(util_bias_revocations() - revoked, 0);
+    util_bias_disarm();
+}
+END_TEST
+
 static Suite *bias_suite(void)
 {
     Suite *s = suite_create("bias");
@@ -279,6 +403,8 @@ static Suite *bias_suite(void)
     tcase_add_test(tc, revoker_waits_for_open_sections);
     tcase_add_test(tc, owner_nests_during_its_revocation);
     tcase_add_test(tc, revocation_under_traffic_loses_nothing);
+    tcase_add_test(tc, a_parked_bias_is_taken_back_or_over);
+    tcase_add_test(tc, takeovers_under_traffic_lose_nothing);
     suite_add_tcase(s, tc);
     return s;
 }
