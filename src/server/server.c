@@ -761,14 +761,26 @@ static void mark_dead(int peer)
         srv_g.peer_handler(peer);
 }
 
+/* Counts msgs arrivals of `bytes` in all through n (progress lock held). */
+static void count_arrivals(struct srv_net *n, uint64_t msgs, uint64_t bytes)
+{
+    srv_g.stats.recvs += msgs;
+    n->msgs += msgs;
+    n->bytes += bytes;
+}
+
+/* Counts an arrival from src (progress lock held). */
+static void count_from(int src)
+{
+    if (src >= 0 && src < srv_g.size)
+        srv_g.peer_msgs[src]++;
+}
+
 /* Counts an arrival from src through n (progress lock held). */
 static void count_arrival(struct srv_net *n, int src, size_t len)
 {
-    srv_g.stats.recvs++;
-    n->msgs++;
-    n->bytes += len;
-    if (src >= 0 && src < srv_g.size)
-        srv_g.peer_msgs[src]++;
+    count_arrivals(n, 1, len);
+    count_from(src);
 }
 
 /* A receive completion of backend n whose data the backend lent in place
@@ -899,16 +911,13 @@ static int progress_round(void)
             if (all_lent && nl == n) {
                 /* every event a lent arrival (a stream's usual batch):
                  * dispatch's way for each, counted once for all */
-                size_t bytes = 0;
+                uint64_t bytes = 0;
                 for (int i = 0; i < n; i++) {
                     bytes += ev[i].len;
-                    if (ev[i].src >= 0 && ev[i].src < srv_g.size)
-                        srv_g.peer_msgs[ev[i].src]++;
+                    count_from(ev[i].src);
                     hand_lent(net, &ev[i]);
                 }
-                srv_g.stats.recvs += (uint64_t)n;
-                net->msgs += (uint64_t)n;
-                net->bytes += bytes;
+                count_arrivals(net, (uint64_t)n, bytes);
                 n = 0; /* handled */
                 did += nl;
             }
@@ -1243,11 +1252,11 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     if ((rc = pick_backends()))
         goto fail_nets;
     srv_g.peer_dead = calloc((size_t)srv_g.size, sizeof *srv_g.peer_dead);
-    atomic_store_explicit(&srv_failed_peers_, 0, memory_order_relaxed);
     if (!srv_g.peer_dead) {
         rc = util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory");
         goto fail_nets;
     }
+    atomic_store_explicit(&srv_failed_peers_, 0, memory_order_relaxed);
     /* Each step for every backend before the next step: the steps are
      * collective, and every rank runs the same backends in this order. */
     for (int k = 0; k < srv_g.nnets; k++)
