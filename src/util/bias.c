@@ -84,8 +84,8 @@ static bool bias_revoke(uintptr_t owner)
 }
 
 /* Under bias_mu: waits up to PARK_WAIT_NS for the word to leave `owner`
- * (the owner parks, or a revocation of its own disarm ends it); true if
- * it did. Yields the core after a while: the owner may need it to get to
+ * (the owner parks, or turns the fast path off in util_bias_disarm); true
+ * if it did. Yields the core after a while: the owner may need it to get to
  * its park. */
 static bool wait_for_park(uintptr_t owner)
 {
@@ -119,12 +119,11 @@ bool util_bias_settle(void)
         now = atomic_load_explicit(&util_bias_word, memory_order_acquire);
         if (now == 0 || now == me)
             break;
-        uintptr_t want = me;
-        if (now == UTIL_BIAS_ARMED || (now & 3) == UTIL_BIAS_PARKED) {
+        if (now == UTIL_BIAS_ARMED || util_bias_parked(now)) {
             /* claim it, or take it (back) from a parked owner (B8): the
              * swap fails if the owner took it back first, and we look
              * again. acq_rel: acquire the parked owner's writes. */
-            if (atomic_compare_exchange_strong_explicit(&util_bias_word, &now, want,
+            if (atomic_compare_exchange_strong_explicit(&util_bias_word, &now, me,
                                                         memory_order_acq_rel,
                                                         memory_order_acquire)) {
                 if (now == UTIL_BIAS_ARMED && !claimed_once) {
@@ -171,7 +170,7 @@ void util_bias_disarm(void)
         uintptr_t now = atomic_load_explicit(&util_bias_word, memory_order_acquire);
         if (now == 0 || now == UTIL_BIAS_ARMED || now == me)
             break;
-        if ((now & 3) == UTIL_BIAS_PARKED) {
+        if (util_bias_parked(now)) {
             /* a parked owner runs no biased code (B8): off, unless it
              * takes it back first (then it is active: look again) */
             if (atomic_compare_exchange_strong_explicit(&util_bias_word, &now, 0,

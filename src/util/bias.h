@@ -159,6 +159,8 @@ long util_bias_takeovers(void);
 bool util_bias_mine(void);
 
 static inline uintptr_t util_bias_token(void) { return (uintptr_t)&util_bias_me; }
+/* Whether word value w is some thread's parked bias (token + 2, B8). */
+static inline bool util_bias_parked(uintptr_t w) { return (w & 3) == UTIL_BIAS_PARKED; }
 
 /* Opens a plain section if the calling thread owns the bias (returns true:
  * end it with util_bias_end), else returns false and the caller locks for

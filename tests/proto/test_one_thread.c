@@ -337,7 +337,7 @@ static _Atomic uintptr_t main_token;
 
 static bool parked_or_free(uintptr_t w, uintptr_t mine)
 {
-    return w == 0 || w == UTIL_BIAS_ARMED || w == mine || (w & 3) == UTIL_BIAS_PARKED;
+    return w == 0 || w == UTIL_BIAS_ARMED || w == mine || util_bias_parked(w);
 }
 
 static void wait_parked(uintptr_t mine)
