@@ -207,6 +207,43 @@ static inline void util_bias_end(void)
     atomic_store_explicit(&util_bias_depth, d - 1, memory_order_release);
 }
 
+/* A count that the owner may change with a plain load and store: only in
+ * a section (when `plain` asks for it and the caller owns the bias), while
+ * every locked change comes after util_bias_claim, so a non-owner has
+ * settled the bias (B1) before its locked add can meet the owner's plain
+ * one. Every change of such a count must go through these two. Relaxed:
+ * counts (eager credit), not orders. */
+static inline long util_bias_add(_Atomic long *c, long v, bool plain)
+{
+    if (plain && util_bias_begin()) {
+        long n = atomic_load_explicit(c, memory_order_relaxed) + v;
+        atomic_store_explicit(c, n, memory_order_relaxed);
+        util_bias_end();
+        return n;
+    }
+    util_bias_claim();
+    return atomic_fetch_add_explicit(c, v, memory_order_relaxed) + v;
+}
+
+/* Takes v from the count if it holds at least v; false (count unchanged)
+ * if not. As util_bias_add. */
+static inline bool util_bias_take(_Atomic long *c, long v, bool plain)
+{
+    if (plain && util_bias_begin()) {
+        long left = atomic_load_explicit(c, memory_order_relaxed);
+        bool ok = left >= v;
+        if (ok)
+            atomic_store_explicit(c, left - v, memory_order_relaxed);
+        util_bias_end();
+        return ok;
+    }
+    util_bias_claim();
+    if (atomic_fetch_sub_explicit(c, v, memory_order_relaxed) >= v)
+        return true;
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+    return false;
+}
+
 static inline bool util_bias_trylock(util_spinlock *l)
 {
     if (util_bias_begin()) {

@@ -393,6 +393,74 @@ START_TEST(a_parked_bias_is_taken_back_or_over)
 }
 END_TEST
 
+/* A count changed plainly by the owner (util_bias_add, util_bias_take)
+ * while a second thread changes it with locked adds (round 0) or locked
+ * takes (round 1): the second thread's claim revokes the bias first, so
+ * no change is lost. Without the claim its locked changes would land
+ * between the owner's plain loads and stores, which would go on for the
+ * whole run, and lose some of them. */
+#define COUNT_CHANGES 400000
+
+static _Atomic long shared_count;
+static atomic_long refused_other;
+
+static void *count_other(void *arg)
+{
+    bool takes = arg != NULL;
+    while (!atomic_load(&go))
+        ;
+    for (int i = 0; i < COUNT_CHANGES; i++) {
+        if (!takes)
+            util_bias_add(&shared_count, 3, false);
+        else if (!util_bias_take(&shared_count, 1, false))
+            atomic_fetch_add(&refused_other, 1);
+    }
+    return NULL;
+}
+
+START_TEST(a_count_changed_plainly_loses_nothing)
+{
+    for (int takes = 0; takes < 2; takes++) {
+        ck_assert(util_bias_arm());
+        long revoked = util_bias_revocations();
+        long start = 4l * COUNT_CHANGES; /* enough that no take is refused */
+        atomic_store(&shared_count, start);
+        atomic_store(&go, 0);
+        atomic_store(&refused_other, 0);
+        util_bias_add(&shared_count, 0, true); /* claim: this thread owns the bias */
+        ck_assert(util_bias_mine());
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, count_other, takes ? &shared_count : NULL), 0);
+        atomic_store(&go, 1);
+        long refused = 0;
+        for (int i = 0; i < COUNT_CHANGES; i++) {
+            if (i % 2)
+                util_bias_add(&shared_count, 2, true);
+            else if (!util_bias_take(&shared_count, 1, true))
+                refused++;
+        }
+        pthread_join(t, NULL);
+        ck_assert_int_eq(refused, 0);
+        ck_assert_int_eq(atomic_load(&refused_other), 0);
+        long want = start + COUNT_CHANGES / 2 + (takes ? -1l : 3l) * COUNT_CHANGES;
+        ck_assert_msg(atomic_load(&shared_count) == want, "%s: %ld, not %ld",
+                      takes ? "takes" : "adds", atomic_load(&shared_count), want);
+        ck_assert_int_eq(util_bias_revocations() - revoked, 1);
+        util_bias_disarm();
+    }
+    /* a take that finds too little leaves the count as it was, either way */
+    ck_assert(util_bias_arm());
+    atomic_store(&shared_count, 5);
+    ck_assert(!util_bias_take(&shared_count, 6, true));
+    ck_assert(util_bias_mine());
+    ck_assert(!util_bias_take(&shared_count, 6, false));
+    ck_assert_int_eq(atomic_load(&shared_count), 5);
+    ck_assert(util_bias_take(&shared_count, 5, false));
+    ck_assert_int_eq(atomic_load(&shared_count), 0);
+    util_bias_disarm();
+}
+END_TEST
+
 static Suite *bias_suite(void)
 {
     Suite *s = suite_create("bias");
@@ -405,6 +473,7 @@ static Suite *bias_suite(void)
     tcase_add_test(tc, revocation_under_traffic_loses_nothing);
     tcase_add_test(tc, a_parked_bias_is_taken_back_or_over);
     tcase_add_test(tc, takeovers_under_traffic_lose_nothing);
+    tcase_add_test(tc, a_count_changed_plainly_loses_nothing);
     suite_add_tcase(s, tc);
     return s;
 }
