@@ -267,22 +267,23 @@ START_TEST(test_shm_forged_sizes)
 }
 END_TEST
 
-/* Messages of 0 to ~1000 bytes, sent until the ring is full, then read:
+/* Messages of 0 to ~2000 bytes, sent until the ring is full, then read:
  * many times around the ring, through both ways in (post_send and
- * send_inline), every byte checked and in order. */
+ * send_inline), short records and long ones (whose first line is written
+ * last, rec_put_msg), every byte checked and in order. */
 START_TEST(test_shm_ring_wrap)
 {
     up(&srv_shm_ops);
     size_t ring = srv_shm_test_ring_bytes(be);
     pkt_t *p = pkt_get(pool, 0);
     ck_assert_ptr_nonnull(p);
-    unsigned char hdr[32], body[1024];
+    unsigned char hdr[32], body[2000];
     uint32_t sent = 0, got = 0, fulls = 0;
     uint64_t bytes = 0;
     struct srv_cqe ev[16];
     while (bytes < 4 * (uint64_t)ring) {
         for (;;) { /* fill */
-            size_t len = (sent * 37u) % 1000u;
+            size_t len = (sent * 37u) % 2000u;
             memset(hdr, (int)(sent & 0xff), sizeof hdr);
             memcpy(hdr, &sent, sizeof sent);
             for (size_t i = 0; i < len; i++)
@@ -309,7 +310,7 @@ START_TEST(test_shm_ring_wrap)
             ck_assert_int_ge(n, 0);
             for (int i = 0; i < n; i++) {
                 ck_assert_int_eq(ev[i].kind, SRV_CQE_RECV);
-                size_t len = (got * 37u) % 1000u;
+                size_t len = (got * 37u) % 2000u;
                 ck_assert_uint_eq(ev[i].len, 32 + len);
                 uint32_t seq;
                 memcpy(&seq, ev[i].data, sizeof seq);
@@ -331,8 +332,8 @@ START_TEST(test_shm_ring_wrap)
 END_TEST
 
 /* A sending thread and a polling one at once, as two ranks run (R3, R5):
- * records of 0 to ~700 bytes (one line and several, the stamp's copy at
- * different offsets) go around the ring many times while the other
+ * records of 0 to ~1400 bytes (one line and several, the stamp's copy at
+ * different offsets, long ones with their first line written last) go around the ring many times while the other
  * thread reads them as they are published. Every record must arrive
  * whole and in order, and nothing be dropped: a stamp published before
  * the bytes it covers, or a stale stamp of an earlier lap taken for a new
@@ -344,7 +345,7 @@ static unsigned char stamp_byte(uint32_t seq, size_t k) { return (unsigned char)
 static void *stamp_sender(void *arg)
 {
     (void)arg;
-    unsigned char hdr[32], body[700];
+    unsigned char hdr[32], body[1400];
     for (uint32_t i = 0; i < STAMP_RECORDS; i++) {
         size_t len = (i * 131u) % sizeof body;
         memset(hdr, 0, sizeof hdr);
@@ -373,7 +374,7 @@ START_TEST(test_shm_two_threads)
         int n = ops->poll(be, ev, 16);
         ck_assert_int_ge(n, 0);
         for (int i = 0; i < n; i++) {
-            size_t len = (want * 131u) % 700u;
+            size_t len = (want * 131u) % 1400u;
             uint32_t seq;
             memcpy(&seq, ev[i].data, sizeof seq);
             if (bad_seq == UINT32_MAX && (ev[i].kind != SRV_CQE_RECV || seq != want ||
