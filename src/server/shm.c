@@ -692,7 +692,8 @@ static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void
                         const void *b, size_t blen)
 {
     size_t total = alen + blen, bytes = rec_bytes(total);
-    size_t first = bytes > SHM_AHEAD_MAX_REC ? 64 - REC_HDR : total; /* < total if long */
+    /* the first line's data bytes, written last; all of them if short */
+    size_t first = bytes > SHM_AHEAD_MAX_REC && total > 64 - REC_HDR ? 64 - REC_HDR : total;
     if (first < total)
         put_span(r->data, a, alen, b, first, total);
     r->kind = REC_MSG;
