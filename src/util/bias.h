@@ -100,6 +100,14 @@
  *       takeover's an acquire: what the parked owner wrote is visible to
  *       the new one (B5's role).
  *
+ *   B9  A biased count (util_bias_add, util_bias_take; the eager credit)
+ *       is changed plainly only by the owner inside a section, and every
+ *       locked change of it follows util_bias_claim. So, as for a lock's
+ *       plain sections (B1, B2), a non-owner's locked change waits for the
+ *       owner's plain ones to end, and after a revocation everybody's
+ *       changes are locked. A count changed anywhere without these two
+ *       would race the owner's plain store.
+ *
  * Not covered: fork() of a process whose bias is owned (the child inherits
  * the word; MPIv in a forked child is not supported anyway).
  */
@@ -207,12 +215,12 @@ static inline void util_bias_end(void)
     atomic_store_explicit(&util_bias_depth, d - 1, memory_order_release);
 }
 
-/* A count that the owner may change with a plain load and store: only in
- * a section (when `plain` asks for it and the caller owns the bias), while
- * every locked change comes after util_bias_claim, so a non-owner has
- * settled the bias (B1) before its locked add can meet the owner's plain
- * one. Every change of such a count must go through these two. Relaxed:
- * counts (eager credit), not orders. */
+/* A count that the owner may change with a plain load and store (B9):
+ * only in a section (when `plain` asks for it and the caller owns the
+ * bias), while every locked change comes after util_bias_claim, so a
+ * non-owner has settled the bias (B1) before its locked add can meet the
+ * owner's plain one. Every change of such a count must go through these
+ * two. Relaxed: counts (eager credit), not orders. */
 static inline long util_bias_add(_Atomic long *c, long v, bool plain)
 {
     if (plain && util_bias_begin()) {
