@@ -681,19 +681,19 @@ static inline void put_span(unsigned char *data, const void *a, size_t alen, con
 }
 
 /* Writes a MSG record of a's alen bytes followed by b's blen and
- * publishes it (R3). A long record's first line is written last, just
- * before its stamp: a receiver that waits for the record polls that line,
- * and a line written at the start of the copy and again at its end would
- * be fetched back from the receiver's core a second time, on the way to
- * the next record's stores (docs/perf/pt2pt.md: +7-16 % at 2-4 KiB). Not
- * for records the sender asked for ahead (rec_begin): at 1 KiB the order
- * measured 4-7 % slower. */
+ * publishes it (R3). A record of more than one line has its first line
+ * written last, just before its stamp: a receiver that waits for the
+ * record polls that line, and a line written at the start of the copy and
+ * again at its end would be fetched back from the receiver's core a
+ * second time, on the way to the next record's stores (docs/perf/pt2pt.md:
+ * window bandwidth +7-16 % at 2-4 KiB in the fast phase, +16-56 % at
+ * 256 B-1 KiB in the slow one). */
 static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void *a, size_t alen,
                         const void *b, size_t blen)
 {
     size_t total = alen + blen, bytes = rec_bytes(total);
     /* the first line's data bytes, written last; all of them if short */
-    size_t first = bytes > SHM_AHEAD_MAX_REC && total > 64 - REC_HDR ? 64 - REC_HDR : total;
+    size_t first = bytes > 64 && total > 64 - REC_HDR ? 64 - REC_HDR : total;
     if (first < total)
         put_span(r->data, a, alen, b, first, total);
     r->kind = REC_MSG;
