@@ -483,7 +483,8 @@ static long credit_cost(size_t size)
 
 /* Every change of proto.credit[p] goes through credit_take and credit_add,
  * so that the one-thread fast path's owner may take credit with a plain
- * load and store (util_bias_take). It does so only for long messages: a
+ * load and store (util_bias_take). It does so only for long messages
+ * (a credit cost, payload and headers, of CREDIT_PLAIN_MIN or more): a
  * locked instruction waits until the previous record's copy has left the
  * core, which stalls a stream of long records, while a stream of short
  * ones measured faster with that wait than without it (docs/perf/pt2pt.md,

@@ -692,8 +692,9 @@ static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void
                         const void *b, size_t blen)
 {
     size_t total = alen + blen, bytes = rec_bytes(total);
-    /* the first line's data bytes, written last; all of them if short */
-    size_t first = bytes > 64 && total > 64 - REC_HDR ? 64 - REC_HDR : total;
+    /* the first line's data bytes, written last (a record whose data
+     * passes its first line is exactly one of more than one line) */
+    size_t first = total > 64 - REC_HDR ? 64 - REC_HDR : total;
     if (first < total)
         put_span(r->data, a, alen, b, first, total);
     r->kind = REC_MSG;
