@@ -685,9 +685,8 @@ static inline void put_span(unsigned char *data, const void *a, size_t alen, con
  * written last, just before its stamp: a receiver that waits for the
  * record polls that line, and a line written at the start of the copy and
  * again at its end would be fetched back from the receiver's core a
- * second time, on the way to the next record's stores (docs/perf/pt2pt.md:
- * window bandwidth +7-16 % at 2-4 KiB in the fast phase, +16-65 % at
- * 256 B-1 KiB in the slow one). */
+ * second time, on the way to the next record's stores (docs/perf/pt2pt.md
+ * has the measurements). */
 static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void *a, size_t alen,
                         const void *b, size_t blen)
 {
