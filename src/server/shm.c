@@ -20,9 +20,11 @@
  * payload (a CHUNK's begins with its address), rounded up to 64 bytes, so
  * every record starts on a cache line and an 8-byte message (24 + 32-byte
  * protocol header + 8) takes one line; a record of more lines ends with a
- * copy of its stamp. A record never wraps: one that does not fit before
- * the end of the ring is preceded by a SKIP record that fills the rest of
- * it.
+ * copy of its stamp. A record of SHM_GAP_MIN_LINES lines or more is
+ * followed by SHM_GAP_LINES lines that nobody writes or reads (its span,
+ * rec_span, is both together; both sides work it out from the size in the
+ * header). A record never wraps: one whose span does not fit before the
+ * end of the ring is preceded by a SKIP record that fills the rest of it.
  *
  * Invariants of a ring (single producer, single consumer):
  *  R1 Only the sending rank writes tail and records, and within it only the
@@ -138,10 +140,21 @@
 #define SHM_HOT ((size_t)64 << 10)
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
+/* The unused lines after a long record (rec_span). Why: a reader that has
+ * just copied a record of 17 lines or more also fetches the lines past its
+ * end (the hardware's prefetch, as far as can be told: software reads in
+ * either direction do the same), and those lines are where the sender
+ * writes its next record, so the sender had to take them back, one
+ * cross-core round trip on the way to that record. Records of 16 lines
+ * or fewer showed no such cost, and 8 lines were the fewest that removed
+ * it (4 removed half; docs/perf/pt2pt.md, "A gap after a long record"). */
+#define SHM_GAP_MIN_LINES 17
+#define SHM_GAP_LINES 8
 /* How far ahead of its tail a sender asks for the ring's lines (for
- * writing), and the longest record after which it does (rec_begin). */
+ * writing), and the longest record after which it does (rec_begin): one
+ * with no gap after it. */
 #define SHM_AHEAD_LINES 16
-#define SHM_AHEAD_MAX_REC ((size_t)17 * 64)
+#define SHM_AHEAD_MAX_REC ((size_t)(SHM_GAP_MIN_LINES - 1) * 64)
 /* How often a full ring's peer is checked for life (ring_full). */
 #define SHM_ALIVE_NS UINT64_C(1000000)
 /* One empty poll of a ring in this many reads its tail (R5). */
@@ -298,6 +311,14 @@ static size_t rec_bytes(size_t len)
     if (REC_HDR + len <= 64)
         return 64;
     return (REC_HDR + len + REC_TRAILER + 63) & ~(size_t)63;
+}
+
+/* The ring space a record of `bytes` (rec_bytes, or lines * 64) takes: the
+ * record, and after a long one its gap (SHM_GAP_LINES). A SKIP has none:
+ * it ends at the end of the ring. */
+static size_t rec_span(size_t bytes)
+{
+    return bytes >= SHM_GAP_MIN_LINES * 64 ? bytes + SHM_GAP_LINES * 64 : bytes;
 }
 
 static void shm_finalize(struct srv_backend *be);
@@ -579,7 +600,7 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
     at->tail = &o->tail;
     uint64_t t = *at->tail;
     size_t off = (size_t)(t & (be->ring_bytes - 1));
-    size_t need = rec_bytes(len), to_end = (size_t)be->ring_bytes - off;
+    size_t bytes = rec_bytes(len), need = rec_span(bytes), to_end = (size_t)be->ring_bytes - off;
     bool wrap = need > to_end;
     /* Start over early when the receiver keeps up: the first record past
      * each SHM_HOT boundary looks at head, and if the receiver is less
@@ -629,11 +650,12 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * lines the receiver is known to be done with (below seen_head + the
      * ring), so that none is taken from a receiver still to read it. A
      * long record's copy keeps enough transfers in flight by itself, and
-     * more requests only compete with it: none after one
-     * (docs/perf/pt2pt.md has both measurements). A prefetch is only a
+     * more requests only compete with it: none after one (after one of
+     * 17 lines, asking ahead took back what the gap gives; docs/perf/
+     * pt2pt.md has the measurements). A prefetch is only a
      * hint: one the ring's next wrap makes useless costs nothing but
      * itself. */
-    if (need <= SHM_AHEAD_MAX_REC) {
+    if (bytes <= SHM_AHEAD_MAX_REC) {
         uint64_t from = o->ahead > at->end ? o->ahead : at->end;
         uint64_t to = at->end + SHM_AHEAD_LINES * 64;
         if (to > o->seen_head + be->ring_bytes)
@@ -1017,7 +1039,8 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
         /* what we check is what we act on: one copy of the header */
         memcpy(&hd, &r->kind, 4 * sizeof(uint32_t));
         size_t size = (size_t)hd.lines * 64;
-        if (hd.lines == 0 || size > be->ring_bytes - off ||
+        size_t span = hd.kind == REC_SKIP ? size : rec_span(size); /* where the next one is */
+        if (hd.lines == 0 || span > be->ring_bytes - off ||
             (hd.kind == REC_SKIP && size != be->ring_bytes - off)) {
             /* no way to find the next record: skip all that is there */
             if (!ring_skip_to_tail(be, s, g, &h, &hd, "its size overruns the ring"))
@@ -1076,7 +1099,7 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
                 /* release: done with this CHUNK (R3). A write longer than
                  * the ring streams through it: its sender waits for these
                  * bytes, not for the end of this poll. */
-                atomic_store_explicit(&g->head, h + size, memory_order_release);
+                atomic_store_explicit(&g->head, h + span, memory_order_release);
             }
         } else if (hd.kind == REC_IMM) {
             ev[out++] = (struct srv_cqe){.kind = SRV_CQE_IMM,
@@ -1088,7 +1111,7 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
         } else {
             rec_dropped(be, s, &hd, "unknown kind");
         }
-        h += size;
+        h += span;
     }
     if (h == h0)
         return out;

@@ -560,6 +560,52 @@ START_TEST(test_shm_sender_asks_ahead_of_read_lines_only)
 }
 END_TEST
 
+/* A record of 17 lines or more is followed by unused lines (shm.c,
+ * SHM_GAP_LINES: the reader's prefetch past a long record must not take
+ * lines the sender writes next), a shorter one by none; the reader finds
+ * the record after the gap. */
+START_TEST(test_shm_long_record_leaves_a_gap)
+{
+    up(&srv_shm_ops);
+    unsigned char hdr[32], body[961];
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (unsigned char)(i * 7 + 1);
+    memset(hdr, 0x33, sizeof hdr);
+    /* 24-byte record header + 32 + 960 + 8-byte stamp copy: 16 lines */
+    uint64_t t0 = srv_shm_test_tail(be, 0);
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, 960), SRV_DONE);
+    uint64_t t1 = srv_shm_test_tail(be, 0);
+    ck_assert_uint_eq(t1 - t0, 16 * 64);
+    /* one byte more: 17 lines, and the gap after them */
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, 961), SRV_DONE);
+    uint64_t t2 = srv_shm_test_tail(be, 0);
+    ck_assert_msg(t2 - t1 > 17 * 64 && (t2 - t1) % 64 == 0,
+                  "a 17-line record took %" PRIu64 " bytes of the ring", t2 - t1);
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, "abc", 3), SRV_DONE);
+    ck_assert_uint_eq(srv_shm_test_tail(be, 0) - t2, 64);
+    size_t want[] = {960, 961, 3};
+    struct srv_cqe ev[4];
+    for (size_t got = 0; got < 3;) {
+        int k = ops->poll(be, ev, 1);
+        ck_assert_int_ge(k, 0);
+        if (k == 0)
+            continue;
+        ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+        ck_assert_uint_eq(ev[0].len, sizeof hdr + want[got]);
+        ck_assert_mem_eq(ev[0].data, hdr, sizeof hdr);
+        ck_assert_mem_eq(ev[0].data + sizeof hdr, got == 2 ? (const void *)"abc" : body,
+                         want[got]);
+        ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+        if (ops->release)
+            ops->release(be);
+        got++;
+    }
+    poll_none(5);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    down();
+}
+END_TEST
+
 START_TEST(test_shm_write_self_unregistered)
 {
     up(&srv_shm_ops);
@@ -900,6 +946,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
+    tcase_add_test(shm, test_shm_long_record_leaves_a_gap);
     tcase_add_test(shm, test_shm_write_self_unregistered);
     tcase_add_test(shm, test_shm_max_write);
     tcase_add_test(shm, test_shm_foreign_segment);
