@@ -38,18 +38,22 @@ echo "failed (1)" >"$out/raw/latency.mpich.r4.txt.status"
 got=$(cat "$out/dat/latency.mpiv-ult.dat")
 [ "$got" = "$(printf '0 0.25\n8 0.25')" ] || fail "mpiv-ult medians of 4: got '$got'"
 grep -q 'mpich: failed (1);' "$out/pt2pt.md" || fail "a failed round is not reported: $(grep '^Runs' "$out/pt2pt.md")"
-# phase probes: each implementation's range, and the one slice whose
-# implementations ran more than 1.5x apart
+# phase probes: each implementation's range (of the probes before its
+# slices), and the slices whose probes lie more than 1.5x apart
 printf '%s\n' "latency r1 -m_0:64 mpiv-ult 60" "latency r1 -m_0:64 mpich 62" \
     "latency r2 -m_0:64 mpiv-ult 61" "latency r2 -m_0:64 mpich 320" \
-    "latency r3 -m_0:64 mpiv-ult n/a" "latency r3 -m_0:64 mpich 90" >"$out/raw/probes.txt"
+    "latency r3 -m_0:64 mpiv-ult n/a" "latency r3 -m_0:64 mpich 90" \
+    "latency r4 -m_0:64 mpiv-ult 59 62" "latency r4 -m_0:64 mpich 60 330" >"$out/raw/probes.txt"
 "$runsh" --report-only --rounds 4 --impl mpiv-ult,mpich --bench latency --out "$out" >/dev/null 2>&1 ||
     fail "run.sh --report-only (probes) failed"
-grep -q '^- latency: .*mpiv-ult 60–61 (median 60);' "$out/pt2pt.md" ||
+grep -q '^- latency: .*mpiv-ult 59–61 (median 60);' "$out/pt2pt.md" ||
     fail "mpiv-ult's probes: $(grep '^- latency' "$out/pt2pt.md")"
-grep -q '^- latency: .*mpich 62–320 (median 90);' "$out/pt2pt.md" ||
+grep -q '^- latency: .*mpich 60–320 (median 62);' "$out/pt2pt.md" ||
     fail "mpich's probes: $(grep '^- latency' "$out/pt2pt.md")"
 grep -q '^  - latency, round 2, `-m 0:64`: mpiv-ult 61 ns, mpich 320 ns$' "$out/pt2pt.md" ||
     fail "the slice in different phases is not listed: $(grep '^  - ' "$out/pt2pt.md")"
-[ "$(grep -c '^  - ' "$out/pt2pt.md")" = 1 ] || fail "slices within 1.5x listed as well"
+# a slice whose probe after it reads another phase than the one before
+grep -q '^  - latency, round 4, `-m 0:64`: mpiv-ult 59 ns, mpich (after) 330 ns$' "$out/pt2pt.md" ||
+    fail "the slice that changed phase is not listed: $(grep '^  - ' "$out/pt2pt.md")"
+[ "$(grep -c '^  - ' "$out/pt2pt.md")" = 2 ] || fail "slices within 1.5x listed as well"
 echo "check_rounds: medians, statuses and phase probes as expected"

@@ -26,13 +26,16 @@
 # or times out costs only its own rows. The slices of a round append to
 # that round's raw file.
 #
-# Phase probe: before every slice of every implementation, pt2pt_ring_copy
-# (two threads copying 1 KiB records through a ring, no MPI at all) times
-# the machine itself, in ns per record (what the project's machine reads
-# in each of its phases: docs/perf/pt2pt.md, "2026-11-27"). The report lists
-# the probes of each implementation and every slice in which two
-# implementations ran more than 1.5x apart: their ratios there compare
-# phases, not implementations (OUT/raw/probes.txt has them all).
+# Phase probe: before and after every slice of every implementation,
+# pt2pt_ring_copy (two threads copying 1 KiB records through a ring, no MPI
+# at all) times the machine itself, in ns per record (what the project's
+# machine reads in each of its phases: docs/perf/pt2pt.md, "2026-11-27").
+# The report lists the probes taken before each slice, per implementation,
+# and every slice whose probes (before and after, all implementations) lie
+# more than 1.5x apart: its ratios there may compare phases, not
+# implementations (OUT/raw/probes.txt has them all). The machine has been
+# seen to change phase within a slice; bench/pt2pt/phased.sh keeps each
+# phase's runs apart for before/after comparisons.
 #
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.
@@ -234,17 +237,20 @@ for b in "${bench_list[@]}"; do
             continue
         fi
         cmd="$(launch "$impl") $x ${bargs[*]}${slice:+ $slice}"
-        # the machine's phase, just before this slice (n/a: no probe built)
+        # the machine's phase just before this slice and just after it
+        # (n/a: no probe built)
         pr=$(probe)
         sl=${slice:-whole}
-        echo "$b r$round ${sl// /_} $impl $pr" >>"$out/raw/probes.txt"
         echo "# phase probe: $pr ns per 1 KiB record" >>"$raw"
         say "== $b / $impl (probe $pr ns): $cmd"
         start=$(date +%s)
         # shellcheck disable=SC2086
         $cmd >>"$raw" 2>>"$raw.err" </dev/null
         rc=$?
-        say "   $(( $(date +%s) - start )) s, exit status $rc"
+        pa=$(probe)
+        echo "$b r$round ${sl// /_} $impl $pr $pa" >>"$out/raw/probes.txt"
+        echo "# phase probe after: $pa ns per 1 KiB record" >>"$raw"
+        say "   $(( $(date +%s) - start )) s, exit status $rc (probe after: $pa ns)"
         if [ $rc -ne 0 ]; then
             st="failed ($rc)"
             tail -5 "$raw.err" | sed 's/^/   | /' >&2
@@ -366,12 +372,17 @@ table() {
 phases() {
     [ -s "$out/raw/probes.txt" ] || return 0
     echo
-    echo "### Phase probes (\`pt2pt_ring_copy 1024 56\` before each slice: ns per 1 KiB record between the two cores; lower is a faster machine)"
+    echo "### Phase probes (\`pt2pt_ring_copy 1024 56\` before each slice: ns per 1 KiB record between the two cores; lower is a faster machine; slices are also probed after)"
     echo
-    awk '$5 != "n/a" { v[$1 "|" $4] = v[$1 "|" $4] " " $5; k = $1 "|" $2 "|" $3
-        if (!(k in lo) || $5 < lo[k]) { lo[k] = $5; lon[k] = $4 }
-        if (!(k in hi) || $5 > hi[k]) { hi[k] = $5; hin[k] = $4 }
-        if (!(k in seen)) { seen[k] = 1; ks[++nk] = k } }
+    awk '$5 != "n/a" { v[$1 "|" $4] = v[$1 "|" $4] " " $5 }
+    { k = $1 "|" $2 "|" $3
+        for (c = 5; c <= 6 && c <= NF; c++) {
+            if ($c == "n/a") continue
+            who = $4 (c == 6 ? " (after)" : "")
+            if (!(k in lo) || $c + 0 < lo[k]) { lo[k] = $c + 0; lon[k] = who }
+            if (!(k in hi) || $c + 0 > hi[k]) { hi[k] = $c + 0; hin[k] = who }
+            if (!(k in seen)) { seen[k] = 1; ks[++nk] = k }
+        } }
     END {
         for (x in v) {
             n = split(v[x], a, " "); split(x, bi, "|")
