@@ -124,6 +124,13 @@
 #include "util/spinlock.h"
 #include "util/bias.h"
 
+/* rec_copy's string copy: x86-64 only, and not under a sanitizer, which
+ * sees no access made by an asm statement. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#include <cpuid.h>
+#define SHM_STRING_COPY 1
+#endif
+
 /* Bytes per ring: SHM_RING_MAX, halved while the rank's segment (one ring
  * per sender, itself included) would pass SHM_BYTES_PER_RANK, but never
  * below SHM_RING_MIN, and grown until a record holds a whole packet. So
@@ -155,6 +162,14 @@
  * with no gap after it. */
 #define SHM_AHEAD_LINES 16
 #define SHM_AHEAD_MAX_REC ((size_t)(SHM_GAP_MIN_LINES - 1) * 64)
+/* Bytes a sender copies into a record with one `rep movsb` instead of
+ * memcpy, from this many on (rec_copy). Why: a string copy claims each
+ * whole destination line without fetching its old contents, and a ring's
+ * lines were last read by the receiver's core, so memcpy's stores fetched
+ * every line back from it first. Below this size the string copy's
+ * latency cost outweighed its bandwidth gain (docs/perf/pt2pt.md,
+ * "Records copied in with a string copy"). */
+#define SHM_MOVSB_MIN ((size_t)1792)
 /* How often a full ring's peer is checked for life (ring_full). */
 #define SHM_ALIVE_NS UINT64_C(1000000)
 /* One empty poll of a ring in this many reads its tail (R5). */
@@ -321,10 +336,24 @@ static size_t rec_span(size_t bytes)
     return bytes >= SHM_GAP_MIN_LINES * 64 ? bytes + SHM_GAP_LINES * 64 : bytes;
 }
 
+/* Whether the CPU's `rep movsb` is its fast one (ERMS); set by shm_init
+ * (relaxed: every thread that sets it stores the same value). */
+static _Atomic bool string_copy_ok;
+
+static void string_copy_probe(void)
+{
+#ifdef SHM_STRING_COPY
+    unsigned a, b, c, d;
+    bool erms = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 9));
+    atomic_store_explicit(&string_copy_ok, erms, memory_order_relaxed);
+#endif
+}
+
 static void shm_finalize(struct srv_backend *be);
 
 static int shm_init(const struct util_config *cfg, int rank, int size, struct srv_backend **out)
 {
+    string_copy_probe();
     const int *host = NULL;
     int rc = srv_host_map(size, &host);
     if (rc)
@@ -688,6 +717,22 @@ static void rec_commit(const struct rec_spot *at, struct shm_rec *r, size_t len)
     rec_publish(at, r, (uint32_t)(rec_bytes(len) / 64));
 }
 
+/* Copies n bytes into a record. A string copy's stores may become visible
+ * out of order among themselves, but not after a later store (Intel SDM
+ * vol. 3A, "Memory-Ordering Model for String Operations on Write-Back
+ * Memory"; the same on AMD), so the stamp's release store after it still
+ * publishes them all (R3). */
+static inline void rec_copy(unsigned char *dst, const void *src, size_t n)
+{
+#ifdef SHM_STRING_COPY
+    if (n >= SHM_MOVSB_MIN && atomic_load_explicit(&string_copy_ok, memory_order_relaxed)) {
+        __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+        return;
+    }
+#endif
+    memcpy(dst, src, n);
+}
+
 /* Copies bytes [from, to) of a's alen bytes followed by b's into data at
  * the same offsets. */
 static inline void put_span(unsigned char *data, const void *a, size_t alen, const void *b,
@@ -695,11 +740,11 @@ static inline void put_span(unsigned char *data, const void *a, size_t alen, con
 {
     if (from < alen) {
         size_t n = (to < alen ? to : alen) - from;
-        memcpy(data + from, (const unsigned char *)a + from, n);
+        rec_copy(data + from, (const unsigned char *)a + from, n);
         from += n;
     }
     if (from < to)
-        memcpy(data + from, (const unsigned char *)b + (from - alen), to - from);
+        rec_copy(data + from, (const unsigned char *)b + (from - alen), to - from);
 }
 
 /* Writes a MSG record of a's alen bytes followed by b's blen and

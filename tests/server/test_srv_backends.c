@@ -332,20 +332,22 @@ START_TEST(test_shm_ring_wrap)
 END_TEST
 
 /* A sending thread and a polling one at once, as two ranks run (R3, R5):
- * records of 0 to ~1400 bytes (one line and several, the stamp's copy at
- * different offsets, long ones with their first line written last) go around the ring many times while the other
+ * records of 0 to ~2600 bytes (one line and several, the stamp's copy at
+ * different offsets, long ones with their first line written last, a gap
+ * after them and, from SHM_MOVSB_MIN, copied in with a string copy) go
+ * around the ring many times while the other
  * thread reads them as they are published. Every record must arrive
  * whole and in order, and nothing be dropped: a stamp published before
  * the bytes it covers, or a stale stamp of an earlier lap taken for a new
  * one, shows up as a wrong byte here, and as a data race under TSan. */
-enum { STAMP_RECORDS = 60000 };
+enum { STAMP_RECORDS = 60000, STAMP_MAX_LEN = 2600 };
 
 static unsigned char stamp_byte(uint32_t seq, size_t k) { return (unsigned char)(seq * 7u + k); }
 
 static void *stamp_sender(void *arg)
 {
     (void)arg;
-    unsigned char hdr[32], body[1400];
+    unsigned char hdr[32], body[STAMP_MAX_LEN];
     for (uint32_t i = 0; i < STAMP_RECORDS; i++) {
         size_t len = (i * 131u) % sizeof body;
         memset(hdr, 0, sizeof hdr);
@@ -374,7 +376,7 @@ START_TEST(test_shm_two_threads)
         int n = ops->poll(be, ev, 16);
         ck_assert_int_ge(n, 0);
         for (int i = 0; i < n; i++) {
-            size_t len = (want * 131u) % 1400u;
+            size_t len = (want * 131u) % STAMP_MAX_LEN;
             uint32_t seq;
             memcpy(&seq, ev[i].data, sizeof seq);
             if (bad_seq == UINT32_MAX && (ev[i].kind != SRV_CQE_RECV || seq != want ||
