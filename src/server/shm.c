@@ -336,9 +336,11 @@ static size_t rec_span(size_t bytes)
     return bytes >= SHM_GAP_MIN_LINES * 64 ? bytes + SHM_GAP_LINES * 64 : bytes;
 }
 
+#ifdef SHM_STRING_COPY
 /* Whether the CPU's `rep movsb` is its fast one (ERMS); set by shm_init
  * (relaxed: every thread that sets it stores the same value). */
 static _Atomic bool string_copy_ok;
+#endif
 
 static void string_copy_probe(void)
 {
