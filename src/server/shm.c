@@ -722,8 +722,9 @@ static void rec_commit(const struct rec_spot *at, struct shm_rec *r, size_t len)
 /* Copies n bytes into a record. A string copy's stores may become visible
  * out of order among themselves, but not after a later store (Intel SDM
  * vol. 3A, "Memory-Ordering Model for String Operations on Write-Back
- * Memory"; the same on AMD), so the stamp's release store after it still
- * publishes them all (R3). */
+ * Memory"; every lock released by a plain store after a memcpy that glibc
+ * does with `rep movsb` relies on the same), so the stamp's release store
+ * after it still publishes them all (R3). */
 static inline void rec_copy(unsigned char *dst, const void *src, size_t n)
 {
 #ifdef SHM_STRING_COPY
