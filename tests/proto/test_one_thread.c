@@ -146,10 +146,17 @@ END_TEST
 
 static atomic_int ult_owned;
 
+/* Communicates, then says whether its thread owns the fast path: a worker
+ * left without ULTs parks it (sched.c), and a joiner that progresses may
+ * take a parked one over meanwhile, so only a thread that has just
+ * communicated is sure to be the owner (B8). Both ranks run it, so the
+ * two streams pair up. */
 static void *owner_check(void *unused)
 {
     (void)unused;
-    atomic_store(&ult_owned, util_bias_mine());
+    struct stream s = {.tag = 190, .rounds = 2};
+    stream_main(&s);
+    atomic_store(&ult_owned, s.rc == 0 ? util_bias_mine() : -1);
     return NULL;
 }
 
