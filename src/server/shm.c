@@ -980,7 +980,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             c->kind = REC_CHUNK;
             c->len = (uint32_t)n;
             memcpy(c->data, &raddr, CHUNK_ADDR);
-            memcpy(c->data + CHUNK_ADDR, (const char *)op->buf + off, n);
+            rec_copy(c->data + CHUNK_ADDR, (const char *)op->buf + off, n);
             op->note[0] += n;
             rec_commit(&at, c, CHUNK_ADDR + n);
         } else {
