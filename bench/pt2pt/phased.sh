@@ -17,8 +17,8 @@
 # phase it was taken in. Before and after every run, pt2pt_ring_copy 1024 56
 # 100000 times the machine; a run counts as fast (F) when both probes read
 # under 150 ns, slow (S) when both read over 200, and mixed (X, left out of
-# the medians) otherwise. Prints every run as "label phase size value round"
-# on stdout, then the medians per phase and size, one column per label.
+# the medians) otherwise or when a probe fails. Prints every run as "label
+# phase size value round", then the medians per phase and size by label.
 set -u -o pipefail
 rounds=10 build=build
 while [ $# -gt 0 ]; do
@@ -37,7 +37,8 @@ probe_bin=$build/bench/pt2pt/pt2pt_ring_copy
 [ -x "$probe_bin" ] || { echo "phased.sh: no $probe_bin (build the pt2pt benchmarks first)" >&2; exit 2; }
 grep -q $'\t' "$cmds" || { echo "phased.sh: $cmds has no LABEL<tab>COMMAND line" >&2; exit 2; }
 
-probe() { "$probe_bin" 1024 56 100000 | awk '{ print $(NF-5) }'; }
+# ns per record, as run.sh's probe reads it; empty if the probe failed
+probe() { "$probe_bin" 1024 56 100000 2>/dev/null | sed -n 's/.*: \([0-9.]*\) ns a record.*/\1/p'; }
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for ((i = 1; i <= rounds; i++)); do
@@ -47,7 +48,9 @@ for ((i = 1; i <= rounds; i++)); do
         # stdin from /dev/null: mpirun reads stdin, and would eat the file
         out=$(bash -c "$cmd" 2>&1 </dev/null)
         b=$(probe)
-        ph=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a < 150 && b < 150) print "F";
+        # a probe that printed nothing counts as mixed, not as fast
+        ph=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a == "" || b == "") print "X";
+                                               else if (a < 150 && b < 150) print "F";
                                                else if (a > 200 && b > 200) print "S"; else print "X" }')
         echo "$out" | awk -v l="$label" -v p="$ph" -v i="$i" \
             '$1 + 0 == $1 && $2 + 0 == $2 && NF >= 2 { print l, p, $1, $2, i }' | tee -a "$raw"
