@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # phased.sh — alternating runs of any benchmark commands, each run between
-# two phase probes, with medians per phase: the before/after numbers of
-# docs/perf/pt2pt.md since 2026-11-27 ("A gap after a long record").
+# two phase probes, with medians per phase: how docs/perf/pt2pt.md's
+# before/after numbers are taken.
 #
 # Usage: bench/pt2pt/phased.sh [--rounds N] [--build DIR] CMDFILE
 #   CMDFILE   one run per line: LABEL, a tab, then a shell command that
@@ -11,10 +11,10 @@
 #   --rounds  rounds (default 10)
 #   --build   the build tree holding bench/pt2pt/pt2pt_ring_copy (default
 #             build)
-# Why: this machine switches between a fast and a slow phase (a 1 KiB record
-# between its two cores takes about 60 ns in one and 300 ns in the other),
-# lately every few seconds, so a figure means something only next to the
-# phase it was taken in. Before and after every run, pt2pt_ring_copy 1024 56
+# Why: this machine switches between a fast and a slow phase, often within
+# a run (docs/perf/pt2pt.md, "Two phases of this machine"), so a figure
+# means something only next to the phase it was taken in, and probes on
+# both sides of a run are what says it stayed in one. Before and after every run, pt2pt_ring_copy 1024 56
 # 100000 times the machine; a run counts as fast (F) when both probes read
 # under 150 ns, slow (S) when both read over 200, and mixed (X, left out of
 # the medians) otherwise or when a probe fails. Prints every run as "label

@@ -33,9 +33,9 @@
 # The report lists the probes taken before each slice, per implementation,
 # and every slice whose probes (before and after, all implementations) lie
 # more than 1.5x apart: its ratios there may compare phases, not
-# implementations (OUT/raw/probes.txt has them all). The machine has been
-# seen to change phase within a slice; bench/pt2pt/phased.sh keeps each
-# phase's runs apart for before/after comparisons.
+# implementations (OUT/raw/probes.txt has them all). A phase can change
+# within a slice; bench/pt2pt/phased.sh keeps each phase's runs apart for
+# before/after comparisons.
 #
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.

@@ -152,9 +152,9 @@
  * end (the hardware's prefetch, as far as can be told: software reads in
  * either direction do the same), and those lines are where the sender
  * writes its next record, so the sender had to take them back, one
- * cross-core round trip on the way to that record. Records of 16 lines
- * or fewer showed no such cost, and 8 lines were the fewest that removed
- * it (4 removed half; docs/perf/pt2pt.md, "A gap after a long record"). */
+ * cross-core round trip on the way to that record. Shorter records do
+ * not pay it, and SHM_GAP_LINES is the fewest lines that take it away
+ * (docs/perf/pt2pt.md, "A gap after a long record"). */
 #define SHM_GAP_MIN_LINES 17
 #define SHM_GAP_LINES 8
 /* How far ahead of its tail a sender asks for the ring's lines (for
