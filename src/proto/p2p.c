@@ -60,6 +60,9 @@
  * States of a request (the state word itself only says pending / waited
  * for / complete, see proto.h; the phase below is implied by who owns it):
  *   send eager:  posted -> complete (at once, the payload was copied)
+ *   send queued (an eager one with a request that found the ring full,
+ *                send_inline): posted -> in the send queue -> complete
+ *                when the queue copied it into the ring (or failed)
  *   send buffered (I8): complete at once; its copy's own request goes on
  *                as a send RTS, and is freed where that one completes
  *   send RTS:    in the handle table (RTS sent) -> RTR taken it out:
@@ -132,14 +135,17 @@
  *     with ESRCH if the sender died); a packet that cannot be sent fails
  *     its own request.
  *  I8 A send that is not synchronous and could go eagerly by its size (at
- *     most proto_eager_max) completes at once, also when it must go as an
- *     RTS (no credit left, or a message above a packet that finds the ring
- *     full): its payload is copied behind a request of the runtime's own
- *     (buffered), which sends the RTS and sits in the handle table like
- *     any other; nobody waits on it, and proto_finish frees it. So whether
- *     a small send returns never depends on credit that happens to be in
- *     flight back to us, or on a ring that happens to be full: a rank that
- *     sends a burst and then meets its receiver in a barrier cannot hang.
+ *     most proto_eager_max) completes at once when it must go as an RTS
+ *     for want of credit: its payload is copied behind a request of the
+ *     runtime's own (buffered), which sends the RTS and sits in the handle
+ *     table like any other; nobody waits on it, and proto_finish frees it.
+ *     So whether a small send returns never depends on credit that happens
+ *     to be in flight back to us: a rank that sends a burst and then meets
+ *     its receiver in a barrier cannot hang. One that finds the ring full
+ *     waits in the send queue instead (send_inline), which the receiver
+ *     drains whenever it progresses, matched or not (its barrier too); a
+ *     blocking one of at most a packet still completes at once, from a
+ *     copy (eager_copy).
  *     (Credit given back can sit behind a barrier's messages: those may
  *     come from other ranks, on other rings, and be taken off first.)
  *     What copies cost per peer (proto_buffered_cost) stays at most
@@ -1291,14 +1297,31 @@ static int eager_copy(int dest, const struct proto_hdr *hd, const void *buf, siz
     }
 }
 
+/* send_inline's "r waits in the send queue": its send is not complete yet. */
+#define SEND_QUEUED (-1000)
+
+/* A send that waited in the send queue (srv_send_ref) left, or failed. */
+static void ref_sent(void *ctx, int err) { proto_finish(ctx, err); }
+
 /* An eager message (its credit taken) straight into the transport, no
- * packet (shm), when nothing is queued ahead of it; else, up to a packet's
- * size, as a copy that joins the send queue (eager_copy). MPIV_SUCCESS:
- * sent or queued, the send is complete either way; SRV_INLINE_LATER: not
- * sent, the packet path must carry it, in order; else the error. The
- * caller checked size + header <= inline_max[dest]. */
-static inline __attribute__((always_inline)) int send_inline(const void *buf, size_t size,
-                                                             int dest, int tag, int ctx)
+ * packet (shm), when nothing is queued ahead of it. Else, when the caller
+ * has a request r (set up, pending) to complete later, r's send joins the
+ * send queue by reference (SEND_QUEUED): the queue copies its payload
+ * into the ring once there is room, and completes r. Without r, up to a
+ * packet's size, a copy joins the queue (eager_copy). MPIV_SUCCESS: sent
+ * or copied, the send is complete; SRV_INLINE_LATER: not sent, the packet
+ * path must carry it, in order; else the error. The caller checked
+ * size + header <= inline_max[dest].
+ *
+ * Why a reference where there is a request: a window larger than the ring
+ * (64 messages of 16 KiB in a ring of 1 MiB, the default with eight ranks
+ * on a host) would otherwise go past the packet's size as an RTS behind a
+ * copy (I8), and below it as a copy, each a copy and maybe a trip more
+ * than waiting for room. A blocking send keeps the copy: it then returns
+ * at once, which a ULT that sends one message and ends needs (its stack
+ * goes back), and for which I8 promises it. */
+static inline __attribute__((always_inline)) int
+send_inline(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
 {
     struct proto_hdr hd;
     hdr_init(&hd, PROTO_EAGER, dest);
@@ -1306,6 +1329,11 @@ static inline __attribute__((always_inline)) int send_inline(const void *buf, si
     hd.tag = (uint32_t)tag;
     hd.size = size;
     int rc = srv_send_inline(dest, &hd, sizeof hd, buf, size);
+    if (rc == SRV_INLINE_LATER && r) {
+        rc = srv_send_ref(dest, &hd, sizeof hd, buf, size, ref_sent, r);
+        if (rc == MPIV_SUCCESS)
+            return SEND_QUEUED; /* the header's credit travels with it */
+    }
     if (rc == SRV_INLINE_LATER && size <= proto.eager_limit)
         rc = eager_copy(dest, &hd, buf, size);
     if (rc != MPIV_SUCCESS)
@@ -1368,11 +1396,13 @@ isend(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_requ
     bool eager = !sync && size <= eager_max &&
                  (dest == proto.rank || !cost || credit_take(dest, cost));
     if (eager && size + sizeof(struct proto_hdr) <= proto.lim[dest].inline_max) {
-        int rc = send_inline(buf, size, dest, tag, ctx);
+        int rc = send_inline(buf, size, dest, tag, ctx, r);
         if (rc == MPIV_SUCCESS) {
             finish_unseen(r);
             return MPIV_SUCCESS;
         }
+        if (rc == SEND_QUEUED)
+            return MPIV_SUCCESS;
         if (rc != SRV_INLINE_LATER)
             return rc;
         if (size > proto.eager_limit) {
@@ -1584,12 +1614,13 @@ int mpiv_send(const void *buf, size_t size, int dest, int tag)
      * straight into the transport, or on shm joins its queue as a copy,
      * is complete when it returns. Else (no credit, larger than a packet
      * with the ring full, or a fault hook set) the credit goes back and
-     * the general path below takes it again, or takes the RTS. */
+     * the general path below takes it again (and waits in the send queue
+     * with its request), or takes the RTS. */
     if (size + sizeof(struct proto_hdr) <= proto.lim[dest].inline_max &&
         size <= proto_eager_max(dest)) {
         long cost = credit_cost(size);
         if (!cost || credit_take(dest, cost)) {
-            rc = send_inline(buf, size, dest, tag, HT_CTX_USER);
+            rc = send_inline(buf, size, dest, tag, HT_CTX_USER, NULL);
             if (rc != SRV_INLINE_LATER)
                 return rc;
             if (cost)

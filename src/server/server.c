@@ -63,11 +63,27 @@ struct srv_net {
     atomic_ulong reads, read_bytes;
 };
 
-/* Items of the send queue are packets (64-byte aligned) or RDMA ops
- * (malloc'ed, 16-byte aligned), told apart by the low bit; a packet links
- * through p->next (the pool's link, unused while the server owns it), an op
- * through op->qnext. */
+/* Items of the send queue are packets (64-byte aligned), RDMA ops or
+ * referenced sends (both malloc'ed, 16-byte aligned), told apart by the
+ * low bits; a packet links through p->next (the pool's link, unused while
+ * the server owns it), the others through their qnext. */
 #define QTAG_OP ((uintptr_t)1)
+#define QTAG_REF ((uintptr_t)2)
+#define QTAG_MASK (QTAG_OP | QTAG_REF)
+
+/* A send queued by srv_send_ref: its header copied here, its payload still
+ * the caller's, until done(ctx, err) says it left (or failed). */
+struct srv_ref {
+    uintptr_t qnext;
+    const void *payload;
+    size_t len;
+    srv_done_fn done;
+    void *ctx;
+    int peer;
+    uint32_t hlen;
+    unsigned char hdr[];
+};
+static struct srv_ref *ref_of(uintptr_t item) { return (struct srv_ref *)(item & ~QTAG_MASK); }
 
 static struct srv_state {
     struct util_config cfg;
@@ -117,6 +133,7 @@ static struct srv_state {
      * Relaxed: the first only bounds memory, the second is a statistic. */
     atomic_long copies_queued;
     atomic_ulong copies_made;
+    atomic_ulong refs_made; /* srv_send_ref's, relaxed: a statistic */
     atomic_long copy_cap; /* srv_send_copy's bound: SRV_COPY_QUEUE_MAX, or a test's */
     atomic_uchar *peer_dead;
 
@@ -262,6 +279,7 @@ void srv_get_stats(struct srv_stats *st)
     util_bias_unlock(&srv_g.progress_lock);
     st->sleeps = atomic_load_explicit(&srv_g.sleeps, memory_order_relaxed);
     st->copies = atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed);
+    st->refs = atomic_load_explicit(&srv_g.refs_made, memory_order_relaxed);
 }
 
 const char *srv_backend_name(void)
@@ -333,7 +351,9 @@ uint64_t srv_peer_arrivals(int peer)
  *
  * What the copies cost: a copy of an RTS, RTR or FIN stands for a pending
  * rendezvous and a CREDIT or ABORT for a rare event, so their memory is
- * bounded by the operations in flight. Only srv_send_copy's eager copies,
+ * bounded by the operations in flight, as are referenced sends
+(srv_send_ref: a header each, their payload the caller's, whose request
+waits for them). Only srv_send_copy's eager copies,
  * which let a send complete while it waits, are not; they stop at
  * SRV_COPY_QUEUE_MAX bytes of copies queued, past which the sender waits
  * without holding a packet (SRV_COPY_FULL, p2p.c). ofi and ibv send from
@@ -390,7 +410,7 @@ static void pkt_done(pkt_t *p)
  * going back to the pool. 0: out of memory (the item is untouched). */
 static uintptr_t q_item(uintptr_t item)
 {
-    if (item & QTAG_OP)
+    if (item & QTAG_MASK)
         return item;
     pkt_t *p = (pkt_t *)item;
     if (p->idx == SRV_COPY_IDX || !srv_g.peer_net[p->peer]->ops->posts_copies)
@@ -407,6 +427,8 @@ static uintptr_t *q_link(uintptr_t item)
 {
     if (item & QTAG_OP)
         return &((struct srv_rdma_op *)(item & ~QTAG_OP))->qnext;
+    if (item & QTAG_REF)
+        return &ref_of(item)->qnext;
     return (uintptr_t *)&((pkt_t *)item)->next;
 }
 
@@ -436,17 +458,35 @@ static int post_raw(uintptr_t item)
         struct srv_net *n = srv_g.peer_net[op->peer];
         return n->ops->rdma_write_imm(n->be, op);
     }
+    if (item & QTAG_REF) {
+        struct srv_ref *f = ref_of(item);
+        struct srv_net *n = srv_g.peer_net[f->peer];
+        return n->ops->send_inline(n->be, f->peer, f->hdr, f->hlen, f->payload, f->len);
+    }
     pkt_t *p = (pkt_t *)item;
     struct srv_net *n = srv_g.peer_net[p->peer];
     return n->ops->post_send(n->be, p, p->peer);
 }
 
-/* After post_raw: a packet that left with the call goes back to the pool. */
+/* A referenced send that left (err 0) or failed: its owner hears of it,
+ * and it is freed. */
+static void ref_done(uintptr_t item, int err)
+{
+    struct srv_ref *f = ref_of(item);
+    f->done(f->ctx, err);
+    free(f);
+}
+
+/* After post_raw: a packet that left with the call goes back to the pool,
+ * a referenced send is done. */
 static int post_settle(uintptr_t item, int rc)
 {
     if (rc == SRV_DONE) {
         atomic_fetch_sub_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
-        pkt_done((pkt_t *)item);
+        if (item & QTAG_REF)
+            ref_done(item, MPIV_SUCCESS);
+        else
+            pkt_done((pkt_t *)item);
         rc = MPIV_SUCCESS;
     }
     return rc;
@@ -460,10 +500,24 @@ static void fail_item(uintptr_t item, int err)
         if (op->done)
             op->done(op->ctx, err);
         free(op);
+    } else if (item & QTAG_REF) {
+        ref_done(item, err);
     } else {
         pkt_done((pkt_t *)item);
     }
 }
+
+/* The rank an item goes to. */
+static int item_peer(uintptr_t item)
+{
+    if (item & QTAG_OP)
+        return ((struct srv_rdma_op *)(item & ~QTAG_OP))->peer;
+    if (item & QTAG_REF)
+        return ref_of(item)->peer;
+    return ((pkt_t *)item)->peer;
+}
+
+static void mark_dead(int peer);
 
 /* Posts queued items in order until the backend says "not now" again.
  * Only the holder of the progress lock drains, so the head stays where it
@@ -483,7 +537,13 @@ static int q_drain(void)
         util_spin_unlock(&srv_g.q_lock);
         if (!item)
             break;
-        int rc = post_raw(item);
+        /* relaxed: as in check_peer. An item for a failed peer fails at
+         * once: its ring may stay full, and the backend would say "not
+         * now" to each of them until it checks on the peer again. */
+        int peer = item_peer(item);
+        int rc = atomic_load_explicit(&srv_g.peer_dead[peer], memory_order_relaxed)
+                     ? MPIV_ERR_PEER
+                     : post_raw(item);
         if (rc == SRV_AGAIN)
             break;
         util_spin_lock(&srv_g.q_lock);
@@ -494,7 +554,10 @@ static int q_drain(void)
         util_spin_unlock(&srv_g.q_lock);
         done++;
         rc = post_settle(item, rc);
-        if (rc != MPIV_SUCCESS) {
+        if (rc == MPIV_ERR_PEER) {
+            mark_dead(peer); /* the backend found it gone: says so once */
+            fail_item(item, MPIV_ERR_PEER);
+        } else if (rc != MPIV_SUCCESS) {
             util_log_error("server: queued operation failed: %s", mpiv_error_detail());
             fail_item(item, MPIV_ERR_NET);
         }
@@ -581,6 +644,36 @@ int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, s
     if (rc != MPIV_SUCCESS)
         pkt_done(c);
     return rc;
+}
+
+int srv_send_ref(int peer, const void *hdr, size_t hlen, const void *payload, size_t len,
+                 srv_done_fn done, void *ctx)
+{
+    int rc = check_peer(peer);
+    if (rc)
+        return rc;
+    struct srv_net *n = srv_g.peer_net[peer];
+    /* relaxed: as in srv_send_copy */
+    if (!n->ops->send_inline || hlen + len > n->ops->inline_max(n->be, peer) ||
+        util_unlikely(atomic_load_explicit(&srv_g.fault_fn, memory_order_relaxed)))
+        return SRV_INLINE_LATER;
+    struct srv_ref *f = malloc(sizeof *f + hlen);
+    if (!f)
+        return util_err(MPIV_ERR_NO_RESOURCES, "server: out of memory for a queued send");
+    f->payload = payload;
+    f->len = len;
+    f->done = done;
+    f->ctx = ctx;
+    f->peer = peer;
+    f->hlen = (uint32_t)hlen;
+    memcpy(f->hdr, hdr, hlen);
+    /* Queued whatever the transport holds now (the caller just found it
+     * full, or the queue not empty): done runs in a progress round, never
+     * inside this call, though maybe on another thread before it returns. */
+    atomic_fetch_add_explicit(&srv_g.outstanding, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv_g.refs_made, 1, memory_order_relaxed);
+    q_push((uintptr_t)f | QTAG_REF);
+    return MPIV_SUCCESS;
 }
 
 static int fault_on_write(struct srv_rdma_op *op);
@@ -1185,8 +1278,9 @@ static void log_traffic(void)
     struct srv_net_stats st[SRV_MAX_NETS];
     int n = srv_get_net_stats(st, SRV_MAX_NETS);
     /* relaxed: a statistic, read once the sends are done */
-    util_log_info("server: %lu sends waited in the queue as copies (Q1)",
-                  atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed));
+    util_log_info("server: %lu sends waited in the queue as copies (Q1), %lu by reference",
+                  atomic_load_explicit(&srv_g.copies_made, memory_order_relaxed),
+                  atomic_load_explicit(&srv_g.refs_made, memory_order_relaxed));
     for (int k = 0; k < n; k++)
         util_log_info("server: traffic via %s: %" PRIu64 " messages %" PRIu64 " bytes, %" PRIu64
                       " writes %" PRIu64 " bytes, %" PRIu64 " reads %" PRIu64 " bytes",
@@ -1288,6 +1382,7 @@ int srv_init(const struct util_config *cfg, struct pkt_pool *pool, int *rank, in
     log_routes();
     memset(&srv_g.stats, 0, sizeof srv_g.stats);
     atomic_store_explicit(&srv_g.copies_made, 0, memory_order_relaxed);
+    atomic_store_explicit(&srv_g.refs_made, 0, memory_order_relaxed);
     atomic_store(&srv_g.stop, 0);
     srv_g.inited = true;
     *rank = srv_g.rank;
@@ -1372,7 +1467,9 @@ static void srv_teardown(bool graceful)
      * pool, which the caller destroys next; copies are freed. */
     for (uintptr_t item = srv_g.q_head, next; item; item = next) {
         next = *q_link(item);
-        if (!(item & QTAG_OP) && ((pkt_t *)item)->idx == SRV_COPY_IDX)
+        if (item & QTAG_REF)
+            free(ref_of(item)); /* its request is the caller's, gone with the job */
+        else if (!(item & QTAG_OP) && ((pkt_t *)item)->idx == SRV_COPY_IDX)
             pkt_copy_free((pkt_t *)item, ((pkt_t *)item)->len);
     }
     atomic_store(&srv_g.copies_queued, 0);

@@ -127,6 +127,19 @@ int srv_send_inline(int peer, const void *hdr, size_t hlen, const void *payload,
  * from registered packets), more than a packet holds, or a fault hook set:
  * send it with a packet through srv_send), or an error. Any thread. */
 int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, size_t len);
+/* When srv_send_inline said SRV_INLINE_LATER and the caller can wait for
+ * the send to leave instead of copying it: queues a copy of hdr and a
+ * reference to payload behind what the send queue holds (so it overtakes
+ * nothing). A progress round later copies them into the transport
+ * straight from payload, which stays the caller's until done(ctx, err)
+ * runs: once, err MPIV_SUCCESS when they left, else why they could not
+ * (the peer's failure). done never runs inside this call, but may run on
+ * another thread before it returns: whatever it completes must be ready
+ * before the call. MPIV_SUCCESS (queued), SRV_INLINE_LATER (no such path
+ * to peer (ofi, ibv), more than srv_inline_max, or a fault hook set:
+ * nothing queued), or an error (nothing queued). Any thread. */
+int srv_send_ref(int peer, const void *hdr, size_t hlen, const void *payload, size_t len,
+                 srv_done_fn done, void *ctx);
 /* The largest hlen + len srv_send_inline may send to peer: 0 when the
  * transport to it has no such path (ofi, ibv). May exceed a packet. */
 size_t srv_inline_max(int peer);

@@ -175,6 +175,7 @@ struct srv_stats {
     uint64_t queued_posted; /* operations that waited in the send queue */
     uint64_t sleeps;        /* times the idle server slept              */
     uint64_t copies;        /* sends queued as heap copies (Q1)         */
+    uint64_t refs;          /* sends queued by reference (srv_send_ref) */
 };
 void srv_get_stats(struct srv_stats *st);
 /* "ofi", "ibv", "shm", "shm+ofi" or "shm+ibv" (a mixed job: shm within

@@ -525,6 +525,13 @@ int srv_send_copy(int peer, const void *hdr, size_t hlen, const void *payload, s
     return SRV_INLINE_LATER;
 }
 
+int srv_send_ref(int peer, const void *hdr, size_t hlen, const void *payload, size_t len,
+                 srv_done_fn done, void *ctx)
+{
+    (void)peer, (void)hdr, (void)hlen, (void)payload, (void)len, (void)done, (void)ctx;
+    return SRV_INLINE_LATER;
+}
+
 /* Reads: rank 0 never offers one (this network cannot read), but rank 1's
  * RTS may; the outcome of reading it comes from its raddr's low bits, so
  * the input picks it: refused (the RTR path), done, failed, peer gone. */

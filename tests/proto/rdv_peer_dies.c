@@ -13,18 +13,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "common/outlive_peer.h"
 #include "mpiv.h"
 #include "proto/proto.h"
 
 int main(void)
 {
-    sigset_t term;
-    sigemptyset(&term);
-    sigaddset(&term, SIGTERM);
-    /* before mpiv_init: every thread it starts inherits the mask */
-    if (pthread_sigmask(SIG_BLOCK, &term, NULL) != 0)
-        return 1;
-    if (mpiv_init(NULL, NULL) != MPIV_SUCCESS || mpiv_size() != 2)
+    if (!outlive_peer_init())
         return 1;
     size_t n = 8u << 20;
     char *buf = calloc(1, n);
