@@ -35,6 +35,9 @@
  *  - a window of non-blocking sends larger than the ring, the receiver
  *    held up: the sends past the ring's room wait in the send queue by
  *    reference, pending, and all arrive in order once it is let go;
+ *  - the same from four pthreads at once, non-blocking and blocking sends
+ *    mixed (case "threads", also run under ThreadSanitizer): each
+ *    thread's stream arrives whole and in its order;
  *  - blocking sends past the eager credit before the receiver posts any
  *    (case "burst"): they go as RTS from copies and return at once (I8),
  *    until the copies reach their cap, past which a send waits for its
@@ -44,6 +47,7 @@
  */
 #include <check.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -801,6 +805,134 @@ START_TEST(window_waits_for_room)
 }
 END_TEST
 
+/* The same from several threads at once: each of THR_N pthreads of rank
+ * 0 sends its own stream (its own tag) of THR_MSGS messages while rank 1
+ * is held up, most of them non-blocking (queued by reference once the
+ * ring is full), every fifth blocking (up to a packet: a copy that
+ * joins the queue; above it: by reference, and the thread waits). The
+ * send queue interleaves the threads' items; each stream must still
+ * arrive whole and in its own order (same source and tag: in order).
+ * Run under ThreadSanitizer as a concurrency test (case "threads"). */
+enum { THR_N = 4, THR_MSGS = 120 };
+
+static const struct hold hold_threads = {"threads", 3000};
+
+struct thr_stream {
+    int t;
+    size_t max;
+    unsigned char *msgs;
+    int rc;
+};
+
+static size_t thr_size(size_t max, int i)
+{
+    size_t cyc[] = {max, 8, 1000, max / 2 + 1, proto.eager_limit};
+    return cyc[i % 5] < max ? cyc[i % 5] : max;
+}
+
+static void *thr_send(void *p)
+{
+    struct thr_stream *ts = p;
+    mpiv_request_t req[THR_MSGS];
+    int n = 0;
+    for (int i = 0; i < THR_MSGS && ts->rc == 0; i++) {
+        unsigned char *m = ts->msgs + (size_t)i * ts->max;
+        size_t size = thr_size(ts->max, i);
+        fill(m, size, (unsigned)(i + 1000 * ts->t));
+        memcpy(m, &i, sizeof i);
+        if (i % 5 == 4)
+            ts->rc = mpiv_send(m, size, 1, 40 + ts->t);
+        else
+            ts->rc = mpiv_isend(m, size, 1, 40 + ts->t, &req[n++]);
+    }
+    int rc = mpiv_waitall(n, req, NULL);
+    if (ts->rc == 0)
+        ts->rc = rc;
+    return NULL;
+}
+
+START_TEST(threads_keep_their_order)
+{
+    trace("start threads_keep_their_order");
+    char go[64];
+    go_file(go, sizeof go, hold_threads.what);
+    bool direct = srv_inline_max(1 - me) > 0;
+    size_t max = proto_eager_max(1 - me);
+    if (max > ((size_t)16 << 10))
+        max = (size_t)16 << 10;
+    struct thr_stream ts[THR_N];
+    for (int t = 0; t < THR_N; t++) {
+        ts[t] = (struct thr_stream){.t = t, .max = max, .rc = 0};
+        ts[t].msgs = malloc((size_t)THR_MSGS * max);
+        ck_assert_ptr_nonnull(ts[t].msgs);
+    }
+    mpiv_request_t *req = malloc(THR_N * THR_MSGS * sizeof *req);
+    mpiv_status_t *st = malloc(THR_N * THR_MSGS * sizeof *st);
+    ck_assert(req && st);
+    if (me == 1) {
+        for (int t = 0; t < THR_N; t++)
+            for (int i = 0; i < THR_MSGS; i++)
+                OK(mpiv_irecv(ts[t].msgs + (size_t)i * max, max, 0, 40 + t,
+                              &req[t * THR_MSGS + i]));
+        if (direct) {
+            atomic_store(&stalled, 0);
+            srv_fault_set(hold_until_file, (void *)&hold_threads);
+        }
+    }
+    struct srv_stats s0, s1;
+    srv_get_stats(&s0);
+    s1 = s0;
+    OK(mpiv_barrier());
+    int bad_t = -1, bad_i = -1, rc = 0;
+    if (me == 0) {
+        pthread_t th[THR_N];
+        for (int t = 0; t < THR_N; t++)
+            ck_assert_int_eq(pthread_create(&th[t], NULL, thr_send, &ts[t]), 0);
+        /* let the threads fill the ring and the queue, then let rank 1 go
+         * (it also goes by itself after the hold's 3 s) */
+        struct timespec nap = {0, 200 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        srv_get_stats(&s1);
+        FILE *f = fopen(go, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+        for (int t = 0; t < THR_N; t++) {
+            pthread_join(th[t], NULL);
+            if (ts[t].rc && !rc)
+                rc = ts[t].rc;
+        }
+    } else {
+        rc = mpiv_waitall(THR_N * THR_MSGS, req, st);
+        srv_fault_set(NULL, NULL);
+        for (int t = 0; t < THR_N && bad_t < 0; t++)
+            for (int i = 0; i < THR_MSGS && bad_t < 0; i++) {
+                const unsigned char *m = ts[t].msgs + (size_t)i * max;
+                size_t size = thr_size(max, i);
+                int got;
+                memcpy(&got, m, sizeof got);
+                size_t j = sizeof got;
+                while (j < size && m[j] == pattern(j, (unsigned)(i + 1000 * t)))
+                    j++;
+                if (st[t * THR_MSGS + i].size != size || got != i || j != size)
+                    bad_t = t, bad_i = i;
+            }
+    }
+    OK(mpiv_barrier());
+    for (int t = 0; t < THR_N; t++)
+        free(ts[t].msgs);
+    free(req);
+    free(st);
+    if (me == 0)
+        unlink(go);
+    /* after the barrier: a failure leaves the ranks in step */
+    ck_assert_msg(rc == 0, "rank %d: %s", me, mpiv_strerror(rc));
+    ck_assert_msg(bad_t < 0, "thread %d's message %d came wrong or out of order", bad_t, bad_i);
+    const char *ring = getenv("MPIV_SHM_RING");
+    if (me == 0 && direct && ring && *ring)
+        ck_assert_msg(s1.refs > s0.refs, "no send waited in the queue by reference");
+}
+END_TEST
+
 /* Both ranks post FLOOD_N receives, then send each other FLOOD_N messages
  * of one key: three eager ones of FLOOD_EAGER bytes, then a synchronous
  * one (always an RTS), and so on, all non-blocking, from one thread; then
@@ -1058,6 +1190,10 @@ static Suite *eager_suite(void)
     tcase_set_timeout(flood, 300);
     tcase_add_test(flood, cross_flood_completes);
     suite_add_tcase(s, flood);
+    TCase *threads = tcase_create("threads");
+    tcase_set_timeout(threads, 300);
+    tcase_add_test(threads, threads_keep_their_order);
+    suite_add_tcase(s, threads);
     TCase *burst = tcase_create("burst");
     tcase_set_timeout(burst, 300);
     tcase_add_test(burst, burst_past_credit_completes);
