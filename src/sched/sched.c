@@ -578,6 +578,44 @@ static void plan_cores(const struct util_config *cfg, int ncores)
     }
 }
 
+/* With MPIV_BIND=core, the thread that starts the scheduler (the
+ * program's main thread, in mpiv_init) is bound to this rank's share of
+ * the cores as well, the way an MPI launcher's --bind-to core binds the
+ * whole process: the threads the program creates afterwards inherit it.
+ * Why: a rank's own pthreads otherwise float over every core and
+ * time-slice with the other ranks' threads there; two pthreads per rank
+ * streaming to each other on two cores then ran at 2.7-17.6 M msg/s from
+ * run to run, against 17-20 M bound (docs/perf/pt2pt.md). Only a thread
+ * that nobody has bound already (its mask is every core the process may
+ * use): a launcher's or the user's binding stays as it was. MPIV_BIND=
+ * workers leaves it unbound: a rank that lends its core while it idles
+ * then lets another rank's main thread run there (a million blocked
+ * receivers posted by one rank while the other waits took 30 % longer
+ * bound). */
+static void bind_caller(const struct util_config *cfg, hwloc_topology_t topo, int ncores)
+{
+    hwloc_bitmap_t want = hwloc_bitmap_alloc(), now = hwloc_bitmap_alloc();
+    if (!want || !now)
+        goto out;
+    int share = ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
+    for (int i = 0; i < (share >= 1 ? share : sched_g.nworkers); i++) {
+        int c = share >= 1 ? (int)cfg->local_rank * share + i : sched_g.cores[i];
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)c);
+        if (core)
+            hwloc_bitmap_or(want, want, core->cpuset);
+    }
+    if (hwloc_bitmap_iszero(want) || hwloc_get_cpubind(topo, now, HWLOC_CPUBIND_THREAD) != 0 ||
+        !hwloc_bitmap_isincluded(hwloc_topology_get_allowed_cpuset(topo), now))
+        goto out;
+    if (hwloc_set_cpubind(topo, want, HWLOC_CPUBIND_THREAD) != 0)
+        util_log_warn("cannot bind the main thread to this rank's cores (MPIV_BIND=core)");
+out:
+    if (want)
+        hwloc_bitmap_free(want);
+    if (now)
+        hwloc_bitmap_free(now);
+}
+
 int sched_init(const struct util_config *cfg)
 {
     if (!cfg)
@@ -636,7 +674,7 @@ int sched_init(const struct util_config *cfg)
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
             break;
         w->core = -1;
-        if (cfg->bind == UTIL_BIND_CORE && topo) {
+        if (cfg->bind != UTIL_BIND_NONE && topo) {
             hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE,
                                                      (unsigned)sched_g.cores[started]);
             if (core && hwloc_set_thread_cpubind(topo, w->thread, core->cpuset, 0) == 0)
@@ -646,9 +684,11 @@ int sched_init(const struct util_config *cfg)
                               sched_g.cores[started]);
         }
     }
+    if (cfg->bind == UTIL_BIND_CORE && topo && started == sched_g.nworkers)
+        bind_caller(cfg, topo, ncores);
     if (topo)
         hwloc_topology_destroy(topo);
-    if (cfg->bind != UTIL_BIND_CORE)
+    if (cfg->bind == UTIL_BIND_NONE)
         for (int i = 0; i < sched_g.nworkers; i++)
             sched_g.cores[i] = -1;
     if (started < sched_g.nworkers) {

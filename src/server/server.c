@@ -1046,7 +1046,7 @@ int srv_progress(void)
 
 static void pin_self(void)
 {
-    if (srv_g.cfg.bind != UTIL_BIND_CORE)
+    if (srv_g.cfg.bind == UTIL_BIND_NONE)
         return;
     int core = srv_g.cfg.server_core >= 0
                    ? (int)srv_g.cfg.server_core

@@ -42,8 +42,11 @@ struct cfg_var {
 static const struct cfg_var cfg_vars[] = {
     {"MPIV_WORKERS", CFG_INT, OFF(workers), 0, 4096, 0, NULL,
      "worker pthreads per process; 0 = cores per local rank minus one for the server (at least 1)"},
-    {"MPIV_BIND", CFG_WORDS, OFF(bind), 0, 1, UTIL_BIND_CORE, "core|none",
-     "pin workers and the server to cores (local ranks get disjoint cores while there are enough)"},
+    {"MPIV_BIND", CFG_WORDS, OFF(bind), 0, 2, UTIL_BIND_CORE, "core|none|workers",
+     "core: pin workers and the server to cores, and bind the thread that calls mpiv_init (and "
+     "the threads it creates later) to the rank's cores, as mpirun --bind-to core does (local "
+     "ranks get disjoint cores while there are enough); workers: pin only the workers and the "
+     "server; none: no binding"},
     {"MPIV_STACK_SIZE", CFG_SIZE, OFF(stack_size), 16 << 10, 1 << 30, 64 << 10, NULL,
      "virtual size of each ULT stack, committed lazily; a guard page below it catches overflow"},
     {"MPIV_MAX_ULTS", CFG_INT, OFF(max_ults), 64, 1 << 24, 1 << 20, NULL,

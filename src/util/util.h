@@ -68,7 +68,10 @@ _Noreturn void util_fatal(const char *fmt, ...) UTIL_PRINTF(1, 2);
 
 /* --- configuration ------------------------------------------------------- */
 
-enum util_bind { UTIL_BIND_CORE = 0, UTIL_BIND_NONE = 1 };
+/* core: workers, server and the thread that calls mpiv_init (so the
+ * threads it creates after) on this rank's cores; workers: only the
+ * workers and the server; none: nothing. */
+enum util_bind { UTIL_BIND_CORE = 0, UTIL_BIND_NONE = 1, UTIL_BIND_WORKERS = 2 };
 enum util_net { UTIL_NET_AUTO = 0, UTIL_NET_OFI = 1, UTIL_NET_IBV = 2, UTIL_NET_SHM = 3 };
 /* MPIV_SERVER; util_config_load replaces AUTO with its choice */
 enum util_server { UTIL_SERVER_AUTO = 0, UTIL_SERVER_THREAD = 1, UTIL_SERVER_INLINE = 2 };

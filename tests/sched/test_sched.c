@@ -2,8 +2,11 @@
  * recycling, capacity, argument and state errors, joins of joined and
  * stale handles, no system call under the slot lock, signal before wait,
  * yield order, nested spawns, and the stack-overflow report (with guard
- * pages, and in the fallback for kernels without MADV_GUARD_INSTALL). */
+ * pages, and in the fallback for kernels without MADV_GUARD_INSTALL);
+ * MPIV_BIND's binding of the thread that starts the scheduler. */
+#include <hwloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -656,6 +659,67 @@ START_TEST(stack_overflow_fallback)
 }
 END_TEST
 
+/* MPIV_BIND and the thread that starts the scheduler (sched.c,
+ * bind_caller), each case in a child of its own (a binding lasts): the
+ * child poses as the last of as many local ranks as there are cores, so
+ * that its share is the last core. Cases: 0 core: bound to that core; 1
+ * workers: left alone; 2 core, the thread bound by someone else first
+ * (to the first CPU): left so. The child's exit status says what it saw:
+ * 0 as expected, 10 + what went wrong. */
+static int bind_case(int c, int ncores, int pus)
+{
+    setenv("MPIV_WORKERS", "1", 1);
+    setenv("MPIV_BIND", c == 1 ? "workers" : "core", 1);
+    cpu_set_t before, after;
+    CPU_ZERO(&before);
+    if (c == 2) {
+        CPU_SET(0, &before);
+        if (sched_setaffinity(0, sizeof before, &before))
+            return 11;
+    }
+    if (sched_getaffinity(0, sizeof before, &before))
+        return 12;
+    struct util_config cfg;
+    if (util_config_load(&cfg))
+        return 13;
+    cfg.local_ranks = ncores;
+    cfg.local_rank = ncores - 1;
+    if (sched_init(&cfg))
+        return 14;
+    if (sched_getaffinity(0, sizeof after, &after))
+        return 15;
+    sched_finalize();
+    if (c != 0)
+        return CPU_EQUAL(&before, &after) ? 0 : 16;
+    /* one core's PUs: fewer than all, none of the first core's unless the
+     * machine has one core */
+    int n = CPU_COUNT(&after);
+    if (n < 1 || (ncores > 1 && (n >= pus || CPU_ISSET(0, &after))))
+        return 17;
+    return 0;
+}
+
+START_TEST(main_thread_bound)
+{
+    hwloc_topology_t topo;
+    ck_assert_int_eq(hwloc_topology_init(&topo), 0);
+    ck_assert_int_eq(hwloc_topology_load(topo), 0);
+    int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    int pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+    hwloc_topology_destroy(topo);
+    ck_assert_int_ge(ncores, 1);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(bind_case(_i, ncores, pus));
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "case %d (%d cores, %d PUs): the child ended with status %d", _i, ncores, pus,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 static Suite *sched_suite(void)
 {
     Suite *s = suite_create("sched");
@@ -674,6 +738,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, nested_spawn_join);
     tcase_add_loop_test(tc, stack_overflow_reported, 0, 4);
     tcase_add_loop_test(tc, stack_overflow_fallback, 0, 4);
+    tcase_add_loop_test(tc, main_thread_bound, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

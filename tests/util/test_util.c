@@ -71,7 +71,7 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_WORKERS", "-3", "MPIV_WORKERS=-3"},
     {"MPIV_WORKERS", "5000", "from 0 to 4096"},
     {"MPIV_WORKERS", "12x", "MPIV_WORKERS=12x"},
-    {"MPIV_BIND", "socket", "expected one of core|none"},
+    {"MPIV_BIND", "socket", "expected one of core|none|workers"},
     {"MPIV_STACK_SIZE", "1K", "expected a size from 16384"},
     {"MPIV_STACK_SIZE", "64Q", "MPIV_STACK_SIZE=64Q"},
     {"MPIV_LOG", "loud", "none|error|warn|info|debug"},
@@ -93,7 +93,7 @@ static const struct bad_case bad_cases[] = {
     {"MPIV_STACK_SIZE", "64 K", "MPIV_STACK_SIZE=64 K: expected a size"},
     {"MPIV_WORKERS", "1 2", "MPIV_WORKERS=1 2: expected an integer"},
     {"MPIV_WORKERS", " ", "MPIV_WORKERS= : expected an integer"},
-    {"MPIV_BIND", " ", "MPIV_BIND= : expected one of core|none"},
+    {"MPIV_BIND", " ", "MPIV_BIND= : expected one of core|none|workers"},
     {"MPIV_NET", "o fi", "expected one of auto|ofi|ibv|shm"},
     {"MPIV_OFI_PROVIDER", "  ", "expected 1 to 63 characters"},
 };
