@@ -143,9 +143,11 @@
  *     to be in flight back to us: a rank that sends a burst and then meets
  *     its receiver in a barrier cannot hang. One that finds the ring full
  *     waits in the send queue instead (send_inline), which the receiver
- *     drains whenever it progresses, matched or not (its barrier too); a
- *     blocking one of at most a packet still completes at once, from a
- *     copy (eager_copy).
+ *     drains whenever it progresses, matched or not (its barrier too);
+ *     only mpiv_send's own path (no request) still completes a message of
+ *     at most a packet at once, from a copy (eager_copy). Sends that go
+ *     through a request (mpiv_isend, sends on communicators, the
+ *     collectives' sends) wait with it.
  *     (Credit given back can sit behind a barrier's messages: those may
  *     come from other ranks, on other rings, and be taken off first.)
  *     What copies cost per peer (proto_buffered_cost) stays at most
