@@ -352,8 +352,8 @@ uint64_t srv_peer_arrivals(int peer)
  * What the copies cost: a copy of an RTS, RTR or FIN stands for a pending
  * rendezvous and a CREDIT or ABORT for a rare event, so their memory is
  * bounded by the operations in flight, as are referenced sends
-(srv_send_ref: a header each, their payload the caller's, whose request
-waits for them). Only srv_send_copy's eager copies,
+ * (srv_send_ref: a header each, their payload the caller's, whose request
+ * waits for them). Only srv_send_copy's eager copies,
  * which let a send complete while it waits, are not; they stop at
  * SRV_COPY_QUEUE_MAX bytes of copies queued, past which the sender waits
  * without holding a packet (SRV_COPY_FULL, p2p.c). ofi and ibv send from
