@@ -583,15 +583,14 @@ static void plan_cores(const struct util_config *cfg, int ncores)
  * the cores as well, the way an MPI launcher's --bind-to core binds the
  * whole process: the threads the program creates afterwards inherit it.
  * Why: a rank's own pthreads otherwise float over every core and
- * time-slice with the other ranks' threads there; two pthreads per rank
- * streaming to each other on two cores then ran at 2.7-17.6 M msg/s from
- * run to run, against 17-20 M bound (docs/perf/pt2pt.md). Only a thread
- * that nobody has bound already (its mask is every core the process may
- * use): a launcher's or the user's binding stays as it was. MPIV_BIND=
- * workers leaves it unbound: a rank that lends its core while it idles
- * then lets another rank's main thread run there (a million blocked
- * receivers posted by one rank while the other waits took 30 % longer
- * bound). */
+ * time-slice with the other ranks' threads there, and a stream between
+ * pthreads of two ranks then runs at whatever the scheduler's placement
+ * gives it (docs/perf/pt2pt.md, "A rank's own threads bound to its
+ * cores", has the numbers). Only a thread that nobody has bound already
+ * (its mask is every core the process may use): a launcher's or the
+ * user's binding stays as it was. MPIV_BIND=workers leaves it unbound,
+ * for programs whose ranks take turns idling: an idle rank's core can
+ * then run another rank's main thread (docs/perf/sched.md). */
 static void bind_caller(const struct util_config *cfg, hwloc_topology_t topo, int ncores)
 {
     hwloc_bitmap_t want = hwloc_bitmap_alloc(), now = hwloc_bitmap_alloc();
