@@ -389,6 +389,26 @@ static enum srv_fault_action hold_until_file(const struct srv_fault_event *ev, v
     return SRV_FAULT_PASS;
 }
 
+/* Holds this rank's server at its next arrival until h's go file exists
+ * (or h->max_ms have passed). */
+static void hold_server(const struct hold *h)
+{
+    atomic_store(&stalled, 0);
+    srv_fault_set(hold_until_file, (void *)h);
+}
+
+/* Whether message i of a stream arrived whole: got bytes of the size
+ * sent, its first int i, the rest filled with seed. */
+static bool numbered_ok(const unsigned char *m, size_t got, size_t size, int i, unsigned seed)
+{
+    int n;
+    memcpy(&n, m, sizeof n);
+    size_t j = sizeof n;
+    while (j < size && m[j] == pattern(j, seed))
+        j++;
+    return got == size && n == i && j == size;
+}
+
 START_TEST(full_ring_in_order)
 {
     trace("start full_ring_in_order");
@@ -534,8 +554,7 @@ START_TEST(one_message_ults_never_block)
     struct sched_stack_stats k0, k1;
     bool copying = srv_inline_max(1 - me) > 0; /* shm */
     if (me == 1 && copying) {
-        atomic_store(&stalled, 0);
-        srv_fault_set(hold_until_file, (void *)&hold_go);
+        hold_server(&hold_go);
     }
     OK(mpiv_barrier());
     int bad = -1;
@@ -750,8 +769,7 @@ START_TEST(window_waits_for_room)
         for (int i = 0; i < WIN_N; i++)
             OK(mpiv_irecv(msgs + (size_t)i * max, max, 0, 23, &req[i]));
         if (direct) {
-            atomic_store(&stalled, 0);
-            srv_fault_set(hold_until_file, (void *)&hold_window);
+            hold_server(&hold_window);
         }
     }
     struct srv_stats s0, s1;
@@ -778,16 +796,8 @@ START_TEST(window_waits_for_room)
         srv_fault_set(NULL, NULL);
         for (int i = 0; i < WIN_N; i++) {
             const unsigned char *m = msgs + (size_t)i * max;
-            size_t size = cyc[i % 5];
-            int got;
-            memcpy(&got, m, sizeof got);
-            ck_assert_msg(st[i].size == size && got == i,
-                          "message %d: %zu bytes numbered %d, expected %zu", i, st[i].size, got,
-                          size);
-            size_t j = sizeof got;
-            while (j < size && m[j] == pattern(j, (unsigned)i))
-                j++;
-            ck_assert_msg(j == size, "message %d, byte %zu", i, j);
+            ck_assert_msg(numbered_ok(m, st[i].size, cyc[i % 5], i, (unsigned)i),
+                          "message %d came wrong or out of order", i);
         }
     }
     OK(mpiv_barrier());
@@ -875,8 +885,7 @@ START_TEST(threads_keep_their_order)
                 OK(mpiv_irecv(ts[t].msgs + (size_t)i * max, max, 0, 40 + t,
                               &req[t * THR_MSGS + i]));
         if (direct) {
-            atomic_store(&stalled, 0);
-            srv_fault_set(hold_until_file, (void *)&hold_threads);
+            hold_server(&hold_threads);
         }
     }
     struct srv_stats s0, s1;
@@ -907,13 +916,8 @@ START_TEST(threads_keep_their_order)
         for (int t = 0; t < THR_N && bad_t < 0; t++)
             for (int i = 0; i < THR_MSGS && bad_t < 0; i++) {
                 const unsigned char *m = ts[t].msgs + (size_t)i * max;
-                size_t size = thr_size(max, i);
-                int got;
-                memcpy(&got, m, sizeof got);
-                size_t j = sizeof got;
-                while (j < size && m[j] == pattern(j, (unsigned)(i + 1000 * t)))
-                    j++;
-                if (st[t * THR_MSGS + i].size != size || got != i || j != size)
+                if (!numbered_ok(m, st[t * THR_MSGS + i].size, thr_size(max, i), i,
+                                 (unsigned)(i + 1000 * t)))
                     bad_t = t, bad_i = i;
             }
     }
@@ -966,8 +970,7 @@ START_TEST(cross_flood_completes)
         OK(mpiv_irecv(in + (size_t)i * FLOOD_MAX, FLOOD_MAX, 1 - me, 21, &rreq[i]));
     OK(mpiv_barrier());
     if (me == 1 && copying) {
-        atomic_store(&stalled, 0);
-        srv_fault_set(hold_until_file, (void *)&hold_flood);
+        hold_server(&hold_flood);
     }
     for (int i = 0; i < FLOOD_N; i++) {
         unsigned char *m = out + (size_t)i * FLOOD_MAX;
@@ -1002,12 +1005,7 @@ START_TEST(cross_flood_completes)
     for (int i = 0; i < FLOOD_N && bad < 0; i++) {
         const unsigned char *m = in + (size_t)i * FLOOD_MAX;
         size_t size = i % 4 == 3 ? FLOOD_MAX : FLOOD_EAGER;
-        int got;
-        memcpy(&got, m, sizeof got);
-        size_t j = sizeof got;
-        while (j < size && m[j] == pattern(j, (unsigned)i))
-            j++;
-        if (st[i].size != size || got != i || j != size)
+        if (!numbered_ok(m, st[i].size, size, i, (unsigned)i))
             bad = i;
     }
     OK(mpiv_barrier());
