@@ -1319,9 +1319,9 @@ static void ref_sent(void *ctx, int err) { proto_finish(ctx, err); }
  * (64 messages of 16 KiB in a ring of 1 MiB, the default with eight ranks
  * on a host) would otherwise go past the packet's size as an RTS behind a
  * copy (I8), and below it as a copy, each a copy and maybe a trip more
- * than waiting for room. A blocking send keeps the copy: it then returns
- * at once, which a ULT that sends one message and ends needs (its stack
- * goes back), and for which I8 promises it. */
+ * than waiting for room. mpiv_send's own path (no request) keeps the
+ * copy: it then returns at once, which a ULT that sends one message and
+ * ends needs (its stack goes back), and which I8 promises it. */
 static inline __attribute__((always_inline)) int
 send_inline(const void *buf, size_t size, int dest, int tag, int ctx, struct mpiv_request *r)
 {

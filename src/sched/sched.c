@@ -567,9 +567,16 @@ static void free_all(void)
 
 /* Which hwloc logical core worker i of this rank runs on: this rank's
  * share of the cores, in order, wrapping when workers outnumber it. */
+/* How many of the host's cores are this rank's own: 0 when local ranks
+ * outnumber the cores. */
+static int rank_share(const struct util_config *cfg, int ncores)
+{
+    return ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
+}
+
 static void plan_cores(const struct util_config *cfg, int ncores)
 {
-    int share = ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
+    int share = rank_share(cfg, ncores);
     for (int i = 0; i < sched_g.nworkers; i++) {
         if (share >= 1)
             sched_g.cores[i] = cfg->local_rank * share + i % share;
@@ -596,7 +603,7 @@ static void bind_caller(const struct util_config *cfg, hwloc_topology_t topo, in
     hwloc_bitmap_t want = hwloc_bitmap_alloc(), now = hwloc_bitmap_alloc();
     if (!want || !now)
         goto out;
-    int share = ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
+    int share = rank_share(cfg, ncores);
     for (int i = 0; i < (share >= 1 ? share : sched_g.nworkers); i++) {
         int c = share >= 1 ? (int)cfg->local_rank * share + i : sched_g.cores[i];
         hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)c);

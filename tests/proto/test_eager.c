@@ -733,6 +733,25 @@ START_TEST(burst_past_credit_completes)
 }
 END_TEST
 
+/* The largest message of the full-ring cases: the eager limit towards the
+ * other rank, at most 16 KiB (a window of them must outgrow a small ring
+ * without outgrowing the eager credit). */
+static size_t window_max(void)
+{
+    size_t max = proto_eager_max(1 - me);
+    return max < ((size_t)16 << 10) ? max : (size_t)16 << 10;
+}
+
+/* Whether a window of eager messages fills the ring to the other rank:
+ * only with direct sends (shm) and a ring smaller than the eager credit
+ * (the default ring of two ranks is as large as the default credit, and
+ * past the credit sends go as RTS): the small-ring runs'. */
+static bool window_fills_ring(void)
+{
+    const char *ring = getenv("MPIV_SHM_RING");
+    return srv_inline_max(1 - me) > 0 && ring && *ring;
+}
+
 /* A window of non-blocking sends larger than the ring while the receiver
  * is held up: once the ring is full, each send waits in the send queue by
  * reference (srv_send_ref) instead of being copied or turned into an RTS.
@@ -752,14 +771,8 @@ START_TEST(window_waits_for_room)
     char go[64];
     go_file(go, sizeof go, hold_window.what);
     bool direct = srv_inline_max(1 - me) > 0; /* shm */
-    /* Only a ring smaller than the eager credit fills with eager messages
-     * (the default ring of two ranks is as large as the default credit,
-     * and past the credit sends go as RTS): the small-ring run's. */
-    const char *ring = getenv("MPIV_SHM_RING");
-    bool fills = direct && ring && *ring;
-    size_t max = proto_eager_max(1 - me);
-    if (max > ((size_t)16 << 10))
-        max = (size_t)16 << 10;
+    bool fills = window_fills_ring();
+    size_t max = window_max();
     size_t cyc[] = {max, 8, proto.eager_limit, max - 1, 100};
     unsigned char *msgs = malloc((size_t)WIN_N * max);
     mpiv_request_t *req = malloc(WIN_N * sizeof *req);
@@ -867,9 +880,7 @@ START_TEST(threads_keep_their_order)
     char go[64];
     go_file(go, sizeof go, hold_threads.what);
     bool direct = srv_inline_max(1 - me) > 0;
-    size_t max = proto_eager_max(1 - me);
-    if (max > ((size_t)16 << 10))
-        max = (size_t)16 << 10;
+    size_t max = window_max();
     struct thr_stream ts[THR_N];
     for (int t = 0; t < THR_N; t++) {
         ts[t] = (struct thr_stream){.t = t, .max = max, .rc = 0};
@@ -931,8 +942,7 @@ START_TEST(threads_keep_their_order)
     /* after the barrier: a failure leaves the ranks in step */
     ck_assert_msg(rc == 0, "rank %d: %s", me, mpiv_strerror(rc));
     ck_assert_msg(bad_t < 0, "thread %d's message %d came wrong or out of order", bad_t, bad_i);
-    const char *ring = getenv("MPIV_SHM_RING");
-    if (me == 0 && direct && ring && *ring)
+    if (me == 0 && window_fills_ring())
         ck_assert_msg(s1.refs > s0.refs, "no send waited in the queue by reference");
 }
 END_TEST

@@ -420,10 +420,9 @@ START_TEST(turns_without_waiting_for_the_park)
      * ThreadSanitizer's) by a revocation after the wait. That revocation
      * may also come just before this case: in the previous case's last
      * barrier, where main communicates the moment its join returned, as
-     * here (a CI run under ThreadSanitizer found the bias off from the
-     * start). A revocation lasts until mpiv_finalize, so then nothing can
-     * change hands here: it counts, as the change the previous case saw
-     * no room for. */
+     * here, and the bias is then off from this case's start. A revocation
+     * lasts until mpiv_finalize, so then nothing can change hands here:
+     * it counts, as the change the previous case saw no room for. */
     long takeovers = util_bias_takeovers() - took;
     long changes = takeovers + util_bias_revocations() - revoked;
     if (bias_expected())
