@@ -16,8 +16,9 @@
  *   (c + 1) * 64 data bytes), c < PC_CLASSES. Each class has a free list
  *   linked through pkt_t.next, and a current chunk carved from `bump`
  *   towards `end`, all under the class's spinlock. A chunk is PC_CHUNK
- *   bytes from aligned_alloc; its first line links it into the class's list
- *   of chunks, the cells follow.
+ *   (2 MiB) bytes from util_map_dense, in 2 MiB pages but for a class's
+ *   first chunk; its first line links it into the class's list of chunks,
+ *   the cells follow.
  *
  * Invariants (per class, under its lock)
  *   C1  A cell of a chunk is in exactly one of: the free list, held (taken
@@ -26,11 +27,12 @@
  *       free cell and no room left in its current one, so every chunk but
  *       the current is carved to its end (less than a cell left).
  *   C2  held == cells carved - cells on the free list.
- *   C3  Memory is never allocated or freed while the lock is held (a
- *       spinlock is never held across a system call): a new chunk is
- *       allocated with the lock dropped, and the take is tried again
- *       before it is installed (a chunk that lost that race is freed
- *       unused).
+ *   C3  Memory is never allocated, freed or first touched while the lock
+ *       is held (a spinlock is never held across a system call or a page
+ *       fault, which for a 2 MiB page means zeroing it): a new chunk is
+ *       allocated and its first line written with the lock dropped, and
+ *       the take is tried again before it is installed (a chunk that lost
+ *       that race is freed unused).
  *   C4  Installed chunks are freed only by pkt_copy_release, and only when
  *       no class holds a cell: so no block anyone holds ever points into
  *       freed memory.
@@ -42,6 +44,7 @@
 #include "pktpool/pktcopy.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -59,7 +62,7 @@
 
 #define PC_LINE 64
 #define PC_CLASSES (PKT_COPY_SMALL_MAX / PC_LINE)
-#define PC_CHUNK ((size_t)1 << 20)
+#define PC_CHUNK UTIL_HUGE_PAGE
 _Static_assert(sizeof(pkt_t) == PC_LINE, "a cell starts with one header line");
 _Static_assert(PKT_COPY_SMALL_MAX % PC_LINE == 0, "classes are whole lines");
 
@@ -124,12 +127,18 @@ pkt_t *pkt_copy_alloc(size_t len)
     size_t cell = pc_cell_bytes(c);
     util_spin_lock(&k->lock);
     pkt_t *p = pc_take(k, cell);
+    bool first = !k->chunks;
     util_spin_unlock(&k->lock);
     if (!p) {
-        /* C3: a new chunk, allocated with the lock dropped */
-        struct pc_chunk *ch = aligned_alloc(PC_LINE, PC_CHUNK);
+        /* C3: a new chunk, allocated with the lock dropped. A class's
+         * first chunk in 4 KiB pages: most programs never need a second
+         * one, and a 2 MiB page would be committed whole. */
+        struct pc_chunk *ch = util_map_dense(PC_CHUNK, first ? PC_CHUNK : 0);
         if (!ch)
             return NULL;
+        /* Its first write faults the page in (a whole 2 MiB one past a
+         * class's first chunk): here, not under the lock (C3). */
+        ch->next = NULL;
         PC_POISON((unsigned char *)ch + PC_LINE, PC_CHUNK - PC_LINE);
         util_spin_lock(&k->lock);
         /* Another thread may have made a chunk, or given a block back,
@@ -147,7 +156,7 @@ pkt_t *pkt_copy_alloc(size_t len)
         util_spin_unlock(&k->lock);
         if (ch) {
             PC_UNPOISON(ch, PC_CHUNK);
-            free(ch);
+            util_unmap_dense(ch, PC_CHUNK);
         }
     }
     PC_UNPOISON(p, sizeof *p + len);
@@ -215,7 +224,7 @@ size_t pkt_copy_release(void)
         while (chunks[c]) {
             struct pc_chunk *next = chunks[c]->next;
             PC_UNPOISON(chunks[c], PC_CHUNK);
-            free(chunks[c]);
+            util_unmap_dense(chunks[c], PC_CHUNK);
             chunks[c] = next;
         }
     }

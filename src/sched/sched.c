@@ -545,9 +545,9 @@ static void free_worker(struct sched_worker *w)
     if (w->summary)
         munmap((void *)w->summary, sched_g.nsumwords * sizeof(uint64_t));
     if (w->slot)
-        munmap((void *)w->slot, sched_g.max_ults * sizeof(void *));
+        util_unmap_dense((void *)w->slot, sched_g.max_ults * sizeof(void *));
     if (w->recs)
-        munmap(w->recs, sched_g.max_ults * sizeof(struct mpiv_ult));
+        util_unmap_dense(w->recs, sched_g.max_ults * sizeof(struct mpiv_ult));
     if (w->altstack)
         munmap(w->altstack, 64 << 10);
     free(w);
@@ -657,8 +657,8 @@ int sched_init(const struct util_config *cfg)
         util_spin_init(&w->lock);
         w->words = sched_map_zeroed(sched_g.nwords * sizeof(uint64_t));
         w->summary = sched_map_zeroed(sched_g.nsumwords * sizeof(uint64_t));
-        w->slot = sched_map_zeroed(sched_g.max_ults * sizeof(void *));
-        w->recs = sched_map_zeroed(sched_g.max_ults * sizeof(struct mpiv_ult));
+        w->slot = util_map_dense(sched_g.max_ults * sizeof(void *), UTIL_HUGE_PAGE);
+        w->recs = util_map_dense(sched_g.max_ults * sizeof(struct mpiv_ult), UTIL_HUGE_PAGE);
         w->altstack = sched_map_zeroed(64 << 10);
         if (!w->words || !w->summary || !w->slot || !w->recs || !w->altstack)
             goto nomem;

@@ -155,9 +155,9 @@ struct sched_stack {
 /* One ULT record, in its worker's record array (slot Γ), apart from any
  * stack: a ULT owns a stack only from its first run to its end (K1).
  * One cache line (outside sanitizer builds): a million ULTs spawned
- * before any is joined fault in their records, at 1.3-2 us a page on the
- * machines measured, and the spawner writes and the worker reads each
- * one. Hence the unions, each of fields never live at once, and the
+ * before any is joined fault in their records (the array past its first
+ * 2 MiB in 2 MiB pages: util_map_dense), and the spawner writes and the
+ * worker reads each one. Hence the unions, each of fields never live at once, and the
  * stack's bounds and tripwire read through `stack` rather than copied. */
 struct mpiv_ult {
     _Alignas(UTIL_CACHELINE) fcontext_t ctx; /* where it is suspended (R3);

@@ -37,6 +37,17 @@ int util_err(int code, const char *fmt, ...) UTIL_PRINTF(2, 3);
  * succeed, so an old detail is not shown for a new error). */
 void util_err_clear(void);
 
+/* --- memory ------------------------------------------------------------ */
+
+#define UTIL_HUGE_PAGE ((size_t)2 << 20)
+
+/* A zeroed mapping of len bytes, aligned to UTIL_HUGE_PAGE, for memory
+ * written from the front (arrays of records, slabs): past its first
+ * small_head bytes it asks for 2 MiB pages (mem.c says why and what it
+ * costs). NULL if it cannot be mapped. Given back with util_unmap_dense. */
+void *util_map_dense(size_t len, size_t small_head);
+void util_unmap_dense(void *p, size_t len);
+
 /* --- logging ------------------------------------------------------------- */
 
 enum util_log_level {

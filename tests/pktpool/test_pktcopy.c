@@ -15,6 +15,8 @@
 
 #include "common/check_main.h"
 #include "pktpool/pktcopy.h"
+#include "common/smaps.h"
+#include "util/util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -75,11 +77,13 @@ START_TEST(lifo_reuse_per_class)
 }
 END_TEST
 
-/* More blocks than one chunk holds: new chunks, all distinct. */
+/* More blocks than one chunk holds: new chunks, all distinct; the
+ * class's first chunk in 4 KiB pages, the later ones asking for 2 MiB
+ * pages (chunks are 2 MiB-aligned mappings of their own). */
 START_TEST(many_chunks)
 {
     fresh();
-    enum { N = 40000 }; /* 128-byte cells: about five chunks */
+    enum { N = 40000 }; /* 128-byte cells: three chunks */
     pkt_t **p = malloc(N * sizeof *p);
     ck_assert_ptr_nonnull(p);
     for (int i = 0; i < N; i++) {
@@ -95,6 +99,14 @@ START_TEST(many_chunks)
         ck_assert_uint_eq(p[i]->idx, (uint32_t)i);
     }
     ck_assert_uint_eq(pkt_copy_held(), N);
+    char flags[512];
+    void *first = (void *)((uintptr_t)p[0] & ~(uintptr_t)(UTIL_HUGE_PAGE - 1));
+    void *last = (void *)((uintptr_t)p[N - 1] & ~(uintptr_t)(UTIL_HUGE_PAGE - 1));
+    ck_assert_ptr_ne(first, last);
+    ck_assert_msg(vmflags_at(first, flags, sizeof flags) && !strstr(flags, " hg"),
+                  "the first chunk asks for huge pages: %s", flags);
+    ck_assert_msg(vmflags_at(last, flags, sizeof flags) && strstr(flags, " hg"),
+                  "a later chunk does not ask for huge pages: %s", flags);
     for (int i = 0; i < N; i++)
         pkt_copy_free(p[i], 8);
     free(p);

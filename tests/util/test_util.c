@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 
 #include "common/check_main.h"
 #include "util/util.h"
+#include "common/smaps.h"
 
 static const char *all_vars[] = {
     "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
@@ -334,6 +336,44 @@ START_TEST(wtime_is_monotonic)
 }
 END_TEST
 
+/* util_map_dense: zeroed, writable to its end, aligned for a 2 MiB page;
+ * huge pages asked for past the head only (the "hg" flag of its mapping:
+ * the advice, which does not depend on whether the kernel could find a
+ * free 2 MiB page at the moment). */
+START_TEST(dense_mapping_asks_for_huge_pages_past_its_head)
+{
+    ck_assert_ptr_null(util_map_dense(0, 0));
+    ck_assert_ptr_null(util_map_dense(SIZE_MAX - 4096, 0));
+
+    size_t len = 3 * UTIL_HUGE_PAGE + 100;
+    unsigned char *p = util_map_dense(len, UTIL_HUGE_PAGE);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_uint_eq((uintptr_t)p % UTIL_HUGE_PAGE, 0);
+    for (size_t i = 0; i < len; i += 4096)
+        ck_assert_uint_eq(p[i], 0);
+    ck_assert_uint_eq(p[len - 1], 0);
+    memset(p, 0xa5, len);
+    ck_assert_uint_eq(p[len - 1], 0xa5);
+
+    char flags[512];
+    ck_assert_msg(vmflags_at(p, flags, sizeof flags), "no mapping holds %p", (void *)p);
+    ck_assert_msg(!strstr(flags, " hg"), "the head asks for huge pages: %s", flags);
+    ck_assert_msg(vmflags_at(p + UTIL_HUGE_PAGE, flags, sizeof flags),
+                  "no mapping holds the part past the head");
+    ck_assert_msg(strstr(flags, " hg"), "no huge-page advice past the head: %s", flags);
+    util_unmap_dense(p, len);
+
+    /* no head: the whole mapping asks */
+    p = util_map_dense(UTIL_HUGE_PAGE, 0);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg(vmflags_at(p, flags, sizeof flags) && strstr(flags, " hg"),
+                  "no huge-page advice: %s", flags);
+    p[UTIL_HUGE_PAGE - 1] = 1;
+    util_unmap_dense(p, UTIL_HUGE_PAGE);
+    util_unmap_dense(NULL, 1); /* a no-op, as free(NULL) */
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
     Suite *s = suite_create("util");
@@ -352,6 +392,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, sizes_parse);
     tcase_add_test(tc, one_variable_parses_like_the_table);
     tcase_add_test(tc, wtime_is_monotonic);
+    tcase_add_test(tc, dense_mapping_asks_for_huge_pages_past_its_head);
     suite_add_tcase(s, tc);
     return s;
 }
