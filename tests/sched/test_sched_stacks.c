@@ -345,7 +345,11 @@ static Suite *stacks_suite(void)
 {
     Suite *s = suite_create("sched_stacks");
     TCase *tc = tcase_create("stacks");
-    tcase_set_timeout(tc, 240);
+    /* a guard against hangs only: under TSan one_at_a_time makes 40,000
+     * fibers, each of fresh memory, which takes minutes on a VM whose
+     * page faults are slow (docs/perf/sched.md, "Dense memory in 2 MiB
+     * pages") */
+    tcase_set_timeout(tc, 600);
     tcase_add_test(tc, never_run_join);
     tcase_add_test(tc, nonblocking_few);
     tcase_add_test(tc, one_at_a_time);
