@@ -565,8 +565,6 @@ static void free_all(void)
     sched_g.cores = NULL;
 }
 
-/* Which hwloc logical core worker i of this rank runs on: this rank's
- * share of the cores, in order, wrapping when workers outnumber it. */
 /* How many of the host's cores are this rank's own: 0 when local ranks
  * outnumber the cores. */
 static int rank_share(const struct util_config *cfg, int ncores)
@@ -574,6 +572,8 @@ static int rank_share(const struct util_config *cfg, int ncores)
     return ncores / (cfg->local_ranks > 0 ? cfg->local_ranks : 1);
 }
 
+/* Which hwloc logical core worker i of this rank runs on: this rank's
+ * share of the cores, in order, wrapping when workers outnumber it. */
 static void plan_cores(const struct util_config *cfg, int ncores)
 {
     int share = rank_share(cfg, ncores);

@@ -3,10 +3,10 @@
  *
  * Why: a million ULT records, or the copies of a million early messages,
  * are written front to back, each 4 KiB page faulted in at its first
- * write. A fault costs about 1-2 us on the VMs measured before, and 7-15
- * us on one that shadows its guest's page tables (docs/perf/sched.md,
- * "Dense memory in 2 MiB pages"): 16,384 faults for 64 MiB of records.
- * Backed by 2 MiB pages, the same 64 MiB takes 32 faults.
+ * write: 16,384 faults for 64 MiB of records, where 2 MiB pages take 32.
+ * A fault costs far more than a message on some VMs, most on one that
+ * shadows its guest's page tables (docs/perf/sched.md, "Dense memory in
+ * 2 MiB pages", has the figures).
  *
  * The cost: a 2 MiB page is committed whole at its first touch. So the
  * first `small_head` bytes of a mapping stay in 4 KiB pages, and a

@@ -353,9 +353,9 @@ static Suite *stacks_suite(void)
     suite_add_tcase(s, tc);
     /* A case of its own, which CTest runs alone (tests/sched/CMakeLists):
      * under TSan it makes 40,000 fibers, each of fresh memory, and on a
-     * VM whose page faults are slow that takes minutes, four times as
-     * long beside another test (docs/perf/sched.md, "Dense memory in
-     * 2 MiB pages"). The timeout guards against hangs only. */
+     * VM whose page faults are slow that takes minutes, and far longer
+     * beside another test (docs/perf/sched.md, "Dense memory in 2 MiB
+     * pages"). The timeout guards against hangs only. */
     TCase *seq = tcase_create("one_at_a_time");
     tcase_set_timeout(seq, 600);
     tcase_add_test(seq, one_at_a_time);
