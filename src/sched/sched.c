@@ -191,15 +191,6 @@ static void end_ult(struct sched_worker *w, struct mpiv_ult *u)
     s->next_free = w->stack_free;
     w->stack_free = s;
     u->stack = NULL;
-#ifdef MPIV_TSAN
-    /* A fiber is not reused: the ULT that ended never returned from its
-     * entry function, and TSan keeps the frames it entered on the fiber;
-     * a fiber carried from ULT to ULT piles them up until TSan runs out
-     * of room for them. We run on the worker's own fiber here, so the
-     * ended one may go. */
-    __tsan_destroy_fiber(s->tsan_fiber);
-    s->tsan_fiber = NULL;
-#endif
     worker_count(&w->stacks_used, -1);
 }
 
@@ -247,7 +238,21 @@ static void ult_entry(transfer_t t)
     u->io.ret = u->io.start.fn(u->io.start.arg);
     /* never resumed: the scheduler, on its own stack, puts this stack back
      * in the cache and then signals the joiner, who may reuse the record */
+#ifdef MPIV_TSAN
+    /* The stack's fiber passes to the next ULT on it (making one costs a
+     * megabyte of fresh memory). ult_entry never returns, so TSan would
+     * keep its frame on the fiber and every later ULT would pile one more
+     * on it, until TSan crashed (sched_stacks/one_at_a_time): pop it, and
+     * switch without entering another instrumented function that does not
+     * return (sched_to_scheduler is one where it is not inlined). */
+    if (__builtin_expect(u->stack->tripwire != NULL, 0))
+        sched_stack_check(w, u);
+    __tsan_func_exit();
+    __tsan_switch_to_fiber(w->tsan_fiber, 0);
+    jump_fcontext(w->sched_ctx, SCHED_ULT_FINISHED);
+#else
     sched_to_scheduler(w, u, SCHED_ULT_FINISHED);
+#endif
     util_fatal("finished ULT %u resumed", u->id);
 }
 

@@ -66,6 +66,8 @@
 #endif
 #ifdef MPIV_TSAN
 #include <sanitizer/tsan_interface.h>
+/* the hook instrumented code calls on return (not in the header) */
+void __tsan_func_exit(void);
 #endif
 
 /* Boost.Context's C ABI (libboost_context.a, fcontext). */
@@ -147,7 +149,8 @@ struct sched_stack {
     /* the TSan fiber of whichever ULT runs on this stack, made at the
      * stack's first use: creating one costs ~0.8 MB of memset, and ULTs
      * on one stack run one after another on one pthread, ordered by the
-     * fiber switches anyway */
+     * fiber switches anyway; kept until finalize (ult_entry leaves it
+     * with no frames on it) */
     void *tsan_fiber;
 #endif
 };

@@ -8,9 +8,8 @@
  *                       refused).
  *   nonblocking_few     many ULTs that end without blocking, spawned all
  *                       before any is joined: one stack per worker.
- *   one_at_a_time       40,000 ULTs spawned and joined in turn: one
- *                       stack in all (and, under TSan, a fresh fiber
- *                       for each).
+ *   one_at_a_time       100,000 ULTs spawned and joined in turn: one
+ *                       stack in all (and, under TSan, one fiber).
  *   blocked_keep_stack  ULTs that wait and yield many times while other
  *                       ULTs start and end on the same worker: each keeps
  *                       its stack and its frames intact (the others never
@@ -189,10 +188,11 @@ END_TEST
 /* --- one_at_a_time ---------------------------------------------------------- */
 
 /* Spawned and joined one at a time: every ULT runs on the stack the last
- * one gave back. Under TSan each run also needs a fiber of its own (a
- * fiber carried from ULT to ULT piles up the frames of the ULTs that
- * ended until TSan crashes): so many that a shared fiber would. */
-#define NSEQ 40000
+ * one gave back. Under TSan they also share that stack's fiber, which
+ * must carry no frame from one ULT to the next (an ULT ends by a jump,
+ * not a return): so many ULTs that even one frame left by each would
+ * overflow TSan's shadow stack (64 Ki frames) and crash it. */
+#define NSEQ 100000
 
 START_TEST(one_at_a_time)
 {
@@ -349,17 +349,9 @@ static Suite *stacks_suite(void)
     tcase_add_test(tc, never_run_join);
     tcase_add_test(tc, nonblocking_few);
     tcase_add_test(tc, blocked_keep_stack);
+    tcase_add_test(tc, one_at_a_time);
     tcase_add_test(tc, ready_in_batches);
     suite_add_tcase(s, tc);
-    /* A case of its own, which CTest runs alone (tests/sched/CMakeLists):
-     * under TSan it makes 40,000 fibers, each of fresh memory, and on a
-     * VM whose page faults are slow that takes minutes, and far longer
-     * beside another test (docs/perf/sched.md, "Dense memory in 2 MiB
-     * pages"). The timeout guards against hangs only. */
-    TCase *seq = tcase_create("one_at_a_time");
-    tcase_set_timeout(seq, 600);
-    tcase_add_test(seq, one_at_a_time);
-    suite_add_tcase(s, seq);
     return s;
 }
 
