@@ -27,6 +27,20 @@
 #include <check.h>
 #include <stdbool.h>
 
+/* Check's ck_assert_msg (and every ck_assert_* built on it) records the
+ * place of each assertion that passes, one write(2) to a file each, so
+ * that a crash or timeout can be reported "after this point". Our tests
+ * assert in loops of up to a million rounds: test_handle made 3.8 million
+ * such writes and test_sched 1.1 million, most of their run time (more
+ * under the sanitizers). Here a passing assertion costs nothing; a
+ * failing one reports as before. Where a crash's place matters, call
+ * mark_point(). */
+#undef ck_assert_msg
+#define ck_assert_msg(expr, ...)                                                             \
+    ((expr) ? (void)0                                                                        \
+            : _ck_assert_failed(__FILE__, __LINE__, "Assertion '" #expr "' failed",          \
+                                ##__VA_ARGS__))
+
 struct check_main {
     Suite *(*suite)(void);
     enum fork_status fork;
