@@ -474,14 +474,17 @@ static void run_ults(int n, int rounds, size_t size)
 }
 
 /* Under ThreadSanitizer each stack a blocked ULT holds carries a TSan fiber
- * (about a megabyte of its state) until finalize, so 10,000 blocked ULTs in
- * each of two ranks, with a second test running beside them, exhaust the
- * CI machine's memory: a tenth of them there. */
+ * (about a megabyte of its state, zeroed when made) until finalize, so
+ * 10,000 blocked ULTs in each of two ranks, with a second test running
+ * beside them, exhaust the CI machine's memory, and even 1,000 spent most
+ * of this file's run making fibers (perf: TSan's memset and thread
+ * contexts, and their page faults). 256 still keep both workers switching
+ * among blocked ULTs, which is what TSan is here to watch. */
 #if defined(__SANITIZE_THREAD__)
-#define P2P_MANY_ULTS 1000
+#define P2P_MANY_ULTS 256
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define P2P_MANY_ULTS 1000
+#define P2P_MANY_ULTS 256
 #endif
 #endif
 #ifndef P2P_MANY_ULTS
