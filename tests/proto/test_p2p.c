@@ -480,14 +480,9 @@ static void run_ults(int n, int rounds, size_t size)
  * of this file's run making fibers (perf: TSan's memset and thread
  * contexts, and their page faults). 256 still keep both workers switching
  * among blocked ULTs, which is what TSan is here to watch. */
-#if defined(__SANITIZE_THREAD__)
+#ifdef MPIV_TSAN
 #define P2P_MANY_ULTS 256
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define P2P_MANY_ULTS 256
-#endif
-#endif
-#ifndef P2P_MANY_ULTS
+#else
 #define P2P_MANY_ULTS 10000
 #endif
 

@@ -9,8 +9,8 @@
 #include "sched_test.h"
 
 #if defined(MPIV_TSAN)
-/* each blocked ULT's stack carries a TSan fiber: ~0.8 MB, zeroed when made
- * (2,048 took 15 s and 1.7 GiB on a VM with slow page faults) */
+/* each blocked ULT's stack carries a TSan fiber, about a megabyte zeroed
+ * when made: fibers, not the code under test, would fill the run */
 #define NULTS (1 << 9)
 #elif defined(__SANITIZE_ADDRESS__)
 /* ASan's shadow and redzones make a million take ~7 GiB and a minute on a
