@@ -14,6 +14,9 @@
  *     after every slot freed before it, so a slot's generation moves at
  *     most once per HANDLE_SLOTS handles of the whole process.
  *  H4 Handle value 0 is never made (generations start at 1).
+ *  H5 The live list (first/next/prev, NIL-terminated) holds exactly the
+ *     slots with req[s] != NULL, in the order they were made, so a walk
+ *     over live requests costs what is live, not HANDLE_SLOTS.
  * The table costs memory in proportion to the slots ever used at once:
  * calloc'ed pages are committed when first touched.
  */
@@ -32,7 +35,11 @@ static struct {
     uint64_t *gen;      /* 44 significant bits: (gen << 20 | slot) fits 64 */
     uint32_t *ring;     /* free slots, FIFO (H3)                           */
     uint32_t head, len; /* next free slot at ring[head], len of them       */
+    uint32_t *next, *prev; /* live list links (H5), NIL at either end      */
+    uint32_t first, last;
 } handles;
+
+#define NIL UINT32_MAX
 
 int proto_handle_init(void)
 {
@@ -40,7 +47,9 @@ int proto_handle_init(void)
     handles.req = calloc(HANDLE_SLOTS, sizeof *handles.req);
     handles.gen = calloc(HANDLE_SLOTS, sizeof *handles.gen);
     handles.ring = malloc(HANDLE_SLOTS * sizeof *handles.ring);
-    if (!handles.req || !handles.gen || !handles.ring) {
+    handles.next = malloc(HANDLE_SLOTS * sizeof *handles.next);
+    handles.prev = malloc(HANDLE_SLOTS * sizeof *handles.prev);
+    if (!handles.req || !handles.gen || !handles.ring || !handles.next || !handles.prev) {
         proto_handle_fini();
         return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the handle table");
     }
@@ -48,6 +57,7 @@ int proto_handle_init(void)
         handles.ring[i] = i;
     handles.head = 0;
     handles.len = HANDLE_SLOTS;
+    handles.first = handles.last = NIL;
     return MPIV_SUCCESS;
 }
 
@@ -56,6 +66,8 @@ void proto_handle_fini(void)
     free(handles.req);
     free(handles.gen);
     free(handles.ring);
+    free(handles.next);
+    free(handles.prev);
     memset(&handles, 0, sizeof handles);
 }
 
@@ -72,6 +84,13 @@ uint64_t proto_handle_make(struct mpiv_request *r)
     handles.head = (handles.head + 1) & SLOT_MASK;
     handles.len--;
     handles.req[s] = r;
+    handles.next[s] = NIL; /* H5: append */
+    handles.prev[s] = handles.last;
+    if (handles.last == NIL)
+        handles.first = s;
+    else
+        handles.next[handles.last] = s;
+    handles.last = s;
     uint64_t h = handle_of(s); /* H4: gen + 1 >= 1 */
     r->handle = h;
     util_spin_unlock(&handles.lock);
@@ -89,6 +108,15 @@ static int slot_of(uint64_t h)
 
 static void slot_free(uint32_t s)
 {
+    uint32_t n = handles.next[s], p = handles.prev[s]; /* H5: unlink */
+    if (p == NIL)
+        handles.first = n;
+    else
+        handles.next[p] = n;
+    if (n == NIL)
+        handles.last = p;
+    else
+        handles.prev[n] = p;
     handles.req[s] = NULL;
     handles.gen[s]++; /* H2 */
     handles.ring[(handles.head + handles.len) & SLOT_MASK] = s;
@@ -141,21 +169,39 @@ void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void 
 {
     enum { BATCH = 64 };
     struct mpiv_request *batch[BATCH];
-    uint32_t next = 0;
-    /* fn runs outside the lock (it completes requests, which may send);
-     * slots are visited in batches so the lock is never held long. */
-    while (next < HANDLE_SLOTS) {
+    /* fn runs outside the lock (it completes requests, which may send), so
+     * the live list is walked in batches. Between batches the cursor slot
+     * may be taken (and even made again); its handle, kept with it, says
+     * whether it still names the same live request. If not, the walk starts
+     * over from the front: every slot already freed by this walk is gone
+     * from the list, and the ones left in front fail pred again, cheaply. */
+    uint32_t cur = NIL;
+    uint64_t cur_h = 0;
+    bool started = false;
+    for (;;) {
         int n = 0;
         util_spin_lock(&handles.lock);
-        for (; next < HANDLE_SLOTS && n < BATCH; next++) {
-            struct mpiv_request *r = handles.req ? handles.req[next] : NULL;
-            if (r && pred(r, arg)) {
+        if (!handles.req) {
+            util_spin_unlock(&handles.lock);
+            return;
+        }
+        if (!started || (cur != NIL && (!handles.req[cur] || handle_of(cur) != cur_h)))
+            cur = handles.first;
+        started = true;
+        while (cur != NIL && n < BATCH) {
+            uint32_t s = cur;
+            cur = handles.next[s];
+            struct mpiv_request *r = handles.req[s];
+            if (pred(r, arg)) {
                 batch[n++] = r;
-                slot_free(next);
+                slot_free(s);
             }
         }
+        cur_h = cur != NIL ? handle_of(cur) : 0;
         util_spin_unlock(&handles.lock);
         for (int i = 0; i < n; i++)
             fn(batch[i], arg);
+        if (cur == NIL)
+            return;
     }
 }

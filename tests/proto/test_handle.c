@@ -2,13 +2,15 @@
  * Unit tests of the slot + generation handles (src/proto/handle.c): a
  * taken handle never names anything again, slots are reused first-in
  * first-out, the 32-bit immediate form round-trips only while the handle
- * lives, and threads making and taking handles at once never get one
- * request twice.
+ * lives, a walk over live handles (take_if) survives its callback taking
+ * and making handles, and threads making and taking handles at once never
+ * get one request twice.
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/check_main.h"
 #include "proto/proto.h"
@@ -101,6 +103,64 @@ START_TEST(take_if_takes_only_matching)
 }
 END_TEST
 
+/* take_if's callback completes requests, which takes and makes other
+ * handles: here each call takes the next two live non-matching handles
+ * (the walk's cursor among them) and makes one new matching and one non-matching. The
+ * walk must take every matching request exactly once that was live when it
+ * started, never hand out a freed one, and leave the table whole. */
+#define NWALK 600
+static struct mpiv_request walk_reqs[NWALK + 2 * NWALK];
+static uint64_t walk_h[NWALK + 2 * NWALK];
+static int walk_taken[NWALK + 2 * NWALK], walk_made, walk_next_even;
+
+static bool walk_match(struct mpiv_request *r, void *arg)
+{
+    (void)arg;
+    return (r - walk_reqs) % 2 == 1;
+}
+static void walk_fn(struct mpiv_request *r, void *arg)
+{
+    (void)arg;
+    walk_taken[r - walk_reqs]++;
+    for (int k = 0; k < 2; k++) { /* faster than the walk: past its cursor */
+        while (walk_next_even < walk_made && !proto_handle_take(walk_h[walk_next_even]))
+            walk_next_even += 2;
+        walk_next_even += 2;
+    }
+    for (int k = 0; k < 2 && walk_made < NWALK + 2 * NWALK; k++, walk_made++)
+        walk_h[walk_made] = proto_handle_make(&walk_reqs[walk_made]);
+}
+
+START_TEST(take_if_survives_its_callback)
+{
+    for (walk_made = 0; walk_made < NWALK; walk_made++)
+        walk_h[walk_made] = proto_handle_make(&walk_reqs[walk_made]);
+    proto_handle_take_if(walk_match, NULL, walk_fn);
+    for (int i = 0; i < walk_made; i++) {
+        ck_assert_int_le(walk_taken[i], 1);
+        if (i < NWALK && i % 2 == 1)
+            ck_assert_int_eq(walk_taken[i], 1);
+        /* what the walk took is gone; the rest is still there, once */
+        struct mpiv_request *left = proto_handle_take(walk_h[i]);
+        if (walk_taken[i])
+            ck_assert_ptr_null(left);
+        else if (i % 2 == 1)
+            ck_assert_ptr_eq(left, &walk_reqs[i]);
+    }
+    /* every slot can be made again: no slot was lost or linked twice */
+    uint64_t *hs = malloc(HANDLE_SLOTS * sizeof *hs);
+    for (uint32_t i = 0; i < HANDLE_SLOTS; i++)
+        ck_assert_uint_ne(hs[i] = proto_handle_make(&reqs[6]), 0);
+    ck_assert_uint_eq(proto_handle_make(&reqs[6]), 0);
+    int n = 0;
+    proto_handle_take_if(is_odd, &n, count); /* reqs[6] is even: none */
+    ck_assert_int_eq(n, 0);
+    for (uint32_t i = 0; i < HANDLE_SLOTS; i++)
+        ck_assert_ptr_eq(proto_handle_take(hs[i]), &reqs[6]);
+    free(hs);
+}
+END_TEST
+
 /* Threads make and take handles at once, each taking its own and one
  * guessed stale handle: every take of a live handle returns its own
  * request exactly once, and no stale one ever returns anything. */
@@ -132,6 +192,51 @@ START_TEST(concurrent_make_take)
 }
 END_TEST
 
+/* A walk beside threads that make and take their own handles: it takes
+ * each of its own live requests once and never one of theirs. */
+#define NMINE 5000
+static struct mpiv_request mine_reqs[NMINE];
+static atomic_int churn_stop;
+
+static void *churn_until_stopped(void *arg)
+{
+    struct mpiv_request *r = &reqs[(uintptr_t)arg];
+    while (!atomic_load(&churn_stop))
+        if (proto_handle_take(proto_handle_make(r)) != r)
+            atomic_fetch_add(&wrong, 1);
+    return NULL;
+}
+static bool is_mine(struct mpiv_request *r, void *arg)
+{
+    (void)arg;
+    return r >= mine_reqs && r < mine_reqs + NMINE;
+}
+static void count_mine(struct mpiv_request *r, void *arg)
+{
+    ((int *)arg)[r - mine_reqs]++;
+}
+
+START_TEST(take_if_beside_churn)
+{
+    static int seen[NMINE];
+    pthread_t th[2];
+    for (uintptr_t t = 0; t < 2; t++)
+        pthread_create(&th[t], NULL, churn_until_stopped, (void *)t);
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < NMINE; i++)
+            ck_assert_uint_ne(proto_handle_make(&mine_reqs[i]), 0);
+        memset(seen, 0, sizeof seen);
+        proto_handle_take_if(is_mine, seen, count_mine);
+        for (int i = 0; i < NMINE; i++)
+            ck_assert_int_eq(seen[i], 1);
+    }
+    atomic_store(&churn_stop, 1);
+    for (int t = 0; t < 2; t++)
+        pthread_join(th[t], NULL);
+    ck_assert_int_eq(atomic_load(&wrong), 0);
+}
+END_TEST
+
 Suite *test_suite(void);
 Suite *test_suite(void)
 {
@@ -144,7 +249,9 @@ Suite *test_suite(void)
     tcase_add_test(tc, full_table_refuses);
     tcase_add_test(tc, imm_form_round_trip);
     tcase_add_test(tc, take_if_takes_only_matching);
+    tcase_add_test(tc, take_if_survives_its_callback);
     tcase_add_test(tc, concurrent_make_take);
+    tcase_add_test(tc, take_if_beside_churn);
     suite_add_tcase(s, tc);
     return s;
 }
