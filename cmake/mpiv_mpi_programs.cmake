@@ -12,7 +12,8 @@ endfunction()
 
 # mpiv_mpi_program_like(EXISTING [NAME target]): the program EXISTING (a
 # target built against MPI, or against MPIv through a par_mpiv.c layer,
-# which becomes par_mpi.c) once more on the face, as NAME (default
+# which becomes par_mpi.c; a library with the property MPIV_MPIFACE_TWIN
+# becomes that twin) once more on the face, as NAME (default
 # EXISTING_mpiface): same sources, include directories and other
 # libraries. One line per program, e.g. mpiv_mpi_program_like(bfs_expert).
 function(mpiv_mpi_program_like existing)
@@ -38,7 +39,19 @@ function(mpiv_mpi_program_like existing)
   if(NOT libs)
     set(libs "")
   endif()
-  # the MPI (or MPIv) it was linked with gives way to the face
+  # a library that names a twin for the face (MPIV_MPIFACE_TWIN) gives
+  # way to it, and the MPI (or MPIv) it was linked with to the face
+  set(swapped "")
+  foreach(l ${libs})
+    if(TARGET ${l})
+      get_target_property(twin ${l} MPIV_MPIFACE_TWIN)
+      if(twin)
+        set(l ${twin})
+      endif()
+    endif()
+    list(APPEND swapped ${l})
+  endforeach()
+  set(libs ${swapped})
   list(FILTER libs EXCLUDE REGEX "^(mpiv|mpiv_static|Threads::Threads|PkgConfig::.*MPI.*|PkgConfig::APPS_MPICH|PkgConfig::APPS_OPENMPI)$")
   mpiv_mpi_program(${P_NAME} SOURCES ${abs} INCLUDES ${incs} LIBS ${libs})
 endfunction()
