@@ -266,11 +266,9 @@ static unsigned seed_of(int wrank, int blk) { return (unsigned)(wrank * 977 + bl
 
 static void expect_block(const unsigned char *b, size_t n, unsigned seed, const char *what)
 {
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != pattern(i, seed)) {
-            FAIL_LATER("%s: byte %zu of %zu is wrong (seed %u)", what, i, n, seed);
-            return;
-        }
+    size_t i = data_mismatch(b, 0, n, seed);
+    if (i < n)
+        FAIL_LATER("%s: byte %zu of %zu is wrong (seed %u)", what, i, n, seed);
 }
 
 /* bcast, gather(v), scatter(v), allgather(v), alltoall(v): every type and

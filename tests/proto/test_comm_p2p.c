@@ -87,10 +87,10 @@ static void check_msg(const unsigned char *b, size_t n, int v)
     int got;
     memcpy(&got, b, sizeof got);
     ck_assert_int_eq(got, v);
-    for (size_t i = sizeof v; i < n; i++)
-        if (b[i] != pattern(i, (unsigned)v))
-            ck_abort_msg("byte %zu of %zu is %u, expected %u (message %d)", i, n, b[i],
-                         pattern(i, (unsigned)v), v);
+    size_t i = data_mismatch(b, sizeof v, n, (unsigned)v);
+    if (i < n)
+        ck_abort_msg("byte %zu of %zu is %u, expected %u (message %d)", i, n, b[i],
+                     pattern(i, (unsigned)v), v);
 }
 
 /* Every rank sends to its successor in rev (from its predecessor it gets):

@@ -306,9 +306,8 @@ START_TEST(tiny_flood_needs_no_credit)
             mpiv_status_t stat;
             unsigned char m[sizeof(struct proto_rts)];
             OK(mpiv_recv(m, tiny, 0, 9, &stat));
-            size_t size = (size_t)i % (tiny + 1), j = 0;
-            while (j < size && m[j] == pattern(j, (unsigned)i))
-                j++;
+            size_t size = (size_t)i % (tiny + 1);
+            size_t j = data_mismatch(m, 0, size, (unsigned)i);
             if (first_bad < 0 && (stat.size != size || j != size))
                 first_bad = i;
         }
@@ -403,9 +402,7 @@ static bool numbered_ok(const unsigned char *m, size_t got, size_t size, int i, 
 {
     int n;
     memcpy(&n, m, sizeof n);
-    size_t j = sizeof n;
-    while (j < size && m[j] == pattern(j, seed))
-        j++;
+    size_t j = data_mismatch(m, sizeof n, size, seed);
     return got == size && n == i && j == size;
 }
 
@@ -447,9 +444,7 @@ START_TEST(full_ring_in_order)
             int gi;
             memcpy(&gi, buf, 4);
             ck_assert_msg(gi == i, "message %d arrived as number %d", i, gi);
-            size_t j = 4;
-            while (j < size && buf[j] == pattern(j, (unsigned)i))
-                j++;
+            size_t j = data_mismatch(buf, 4, size, (unsigned)i);
             ck_assert_msg(j == size, "message %d, byte %zu", i, j);
         }
         srv_fault_set(NULL, NULL);
@@ -1121,9 +1116,7 @@ static void batch_stream(bool mixed)
                           size);
             ck_assert_int_eq(st.source, 0);
             ck_assert_msg(size < 4 || got == i, "receive %d got message %d", i, got);
-            size_t j = 4;
-            while (j < size && m[j] == pattern(j, (unsigned)i))
-                j++;
+            size_t j = data_mismatch(m, 4, size, (unsigned)i);
             ck_assert_msg(size < 4 || j == size, "message %d, byte %zu", i, j);
         }
         /* Every arrival counted once, also those handled as a batch: the

@@ -9,6 +9,7 @@
 #include "common/check_main.h"
 #include "util/util.h"
 #include "common/smaps.h"
+#include "common/test_data.h"
 
 static const char *all_vars[] = {
     "MPIV_WORKERS", "MPIV_BIND", "MPIV_STACK_SIZE", "MPIV_MAX_ULTS", "MPIV_LOG",
@@ -374,6 +375,40 @@ START_TEST(dense_mapping_asks_for_huge_pages_past_its_head)
 }
 END_TEST
 
+/* The protocol tests' data helpers (tests/common/test_data.h): fill
+ * writes pattern() at every length, and data_mismatch names exactly the
+ * first wrong byte wherever it is (inside a period compared by memcmp,
+ * in the tail, before or after `from`). */
+START_TEST(test_data_finds_every_wrong_byte)
+{
+    enum { MAX = 3 * PATTERN_PERIOD + 77 };
+    static unsigned char b[MAX + 1];
+    const size_t lens[] = {0, 1, 63, 256, 511, 512, 513, 700, MAX};
+    const size_t froms[] = {0, 4, 255, 300};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+        size_t n = lens[l];
+        unsigned seed = (unsigned)(n * 7 + 3);
+        memset(b, 0x5A, sizeof b);
+        fill(b, n, seed);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_uint_eq(b[i], pattern(i, seed));
+        ck_assert_uint_eq(b[n], 0x5A); /* nothing past n */
+        for (size_t f = 0; f < sizeof froms / sizeof froms[0]; f++) {
+            size_t from = froms[f];
+            ck_assert_uint_eq(data_mismatch(b, from, n, seed), from >= n ? from : n);
+            for (size_t bad = 0; bad < n; bad++) {
+                b[bad] ^= 0x10;
+                size_t want = from >= n ? from : bad >= from ? bad : n;
+                ck_assert_uint_eq(data_mismatch(b, from, n, seed), want);
+                b[bad] ^= 0x10;
+            }
+        }
+        if (n > 0)
+            ck_assert_uint_eq(data_mismatch(b, 0, n, seed + 1), 0); /* another message */
+    }
+}
+END_TEST
+
 static Suite *util_suite(void)
 {
     Suite *s = suite_create("util");
@@ -393,6 +428,7 @@ static Suite *util_suite(void)
     tcase_add_test(tc, one_variable_parses_like_the_table);
     tcase_add_test(tc, wtime_is_monotonic);
     tcase_add_test(tc, dense_mapping_asks_for_huge_pages_past_its_head);
+    tcase_add_test(tc, test_data_finds_every_wrong_byte);
     suite_add_tcase(s, tc);
     return s;
 }
