@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages MPIv needs to build, test and benchmark.
 # Idempotent: does nothing (and needs no network) when all are present.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config check libhwloc-dev libboost-context-dev
+pkgs=(build-essential cmake ninja-build pkg-config check libhwloc-dev libboost-context-dev
       libfabric-dev libibverbs-dev librdmacm-dev libpmix-dev libssl-dev
       mpich libmpich-dev openmpi-bin libopenmpi-dev gnuplot-nox iproute2 procps
       clang libclang-rt-dev

@@ -12,22 +12,31 @@ quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 
 stage() { echo; echo "=== $* ==="; }
+# configure DIR ARGS...: a new build directory gets Ninja (its builds of
+# this tree's ~250 small targets take about a quarter less time than
+# make's); one that exists keeps the generator it was made with.
+configure() {
+  local dir=$1; shift
+  local gen=()
+  [ -f "$dir/CMakeCache.txt" ] || ! command -v ninja >/dev/null || gen=(-G Ninja)
+  cmake -S . -B "$dir" "${gen[@]}" "$@" >/dev/null
+}
 
 stage "Release build (-Werror)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMPIV_WERROR=ON >/dev/null
+configure build -DCMAKE_BUILD_TYPE=Release -DMPIV_WERROR=ON
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
 [ $quick -eq 1 ] && exit 0
 
 stage "AddressSanitizer + UBSan build"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=address -DMPIV_BUILD_BENCH=OFF >/dev/null
+configure build-asan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=address -DMPIV_BUILD_BENCH=OFF
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j"$jobs" -LE "rxe|install|large|slurm")
 
 stage "ThreadSanitizer build (concurrency tests)"
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=thread -DMPIV_BUILD_BENCH=OFF -DMPIV_BUILD_APPS=OFF >/dev/null
+configure build-tsan -DCMAKE_BUILD_TYPE=Debug -DMPIV_SANITIZE=thread -DMPIV_BUILD_BENCH=OFF -DMPIV_BUILD_APPS=OFF
 cmake --build build-tsan -j"$jobs"
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
    ctest --output-on-failure -j"$jobs" -L concurrency)
