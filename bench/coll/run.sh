@@ -59,7 +59,7 @@ if [ $do_build = 1 ]; then
     [ -f "$build/CMakeCache.txt" ] ||
         cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
     for impl in "${impl_list[@]}"; do
-        case $impl in mpiv) targets="mpiv_run coll_bench" ;; *) targets="coll_bench_$impl" ;; esac
+        case $impl in mpiv) targets="mpiv_run coll_bench" ;; *) targets="coll_$impl" ;; esac
         # shellcheck disable=SC2086
         cmake --build "$build" -j2 --target $targets >"$out/raw/build.$impl.log" 2>&1 ||
             say "run.sh: building the $impl variant failed (see $out/raw/build.$impl.log)"
