@@ -172,12 +172,13 @@ void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void 
     /* fn runs outside the lock (it completes requests, which may send), so
      * the live list is walked in batches. Between batches the cursor slot
      * may be taken (and even made again); its handle, kept with it, says
-     * whether it still names the same live request. If not, the walk starts
-     * over from the front: every slot already freed by this walk is gone
-     * from the list, and the ones left in front fail pred again, cheaply. */
+     * whether it still names the same live request (H2: taking it changed
+     * its generation). If not, the walk starts over from the front: every
+     * slot already freed by this walk is gone from the list, and the ones
+     * left in front fail pred again, cheaply. cur_h 0 (never a handle, H4)
+     * means the walk has not begun. */
     uint32_t cur = NIL;
     uint64_t cur_h = 0;
-    bool started = false;
     for (;;) {
         int n = 0;
         util_spin_lock(&handles.lock);
@@ -185,9 +186,8 @@ void proto_handle_take_if(bool (*pred)(struct mpiv_request *r, void *arg), void 
             util_spin_unlock(&handles.lock);
             return;
         }
-        if (!started || (cur != NIL && (!handles.req[cur] || handle_of(cur) != cur_h)))
+        if (cur_h == 0 || handle_of(cur) != cur_h)
             cur = handles.first;
-        started = true;
         while (cur != NIL && n < BATCH) {
             uint32_t s = cur;
             cur = handles.next[s];
