@@ -15,9 +15,9 @@ quick=0
 # stage NAME: a heading, with the seconds since the script started (CI's
 # budget is for the whole run; these say where it goes)
 stage() { echo; echo "=== $* === (${SECONDS} s)"; }
-# configure DIR ARGS...: a new build directory gets Ninja (its builds of
-# this tree's ~250 small targets take about a quarter less time than
-# make's); one that exists keeps the generator it was made with.
+# configure DIR ARGS...: a new build directory gets Ninja (less overhead
+# than make's per target, and this tree has ~250 small targets); one that
+# exists keeps the generator it was made with.
 configure() {
   local dir=$1; shift
   local gen=()
