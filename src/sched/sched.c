@@ -18,6 +18,16 @@
  *   S3. nsum >= hwm / 4096 rounded up, stored before the first bit of a new
  *       summary word can be set (release; the worker loads it with acquire
  *       in a sweep, seq_cst before sleeping).
+ *   S4. Nothing is written for the first time under w->lock: a page fault
+ *       there (a whole 2 MiB page past the records' head, util_map_dense)
+ *       would make every spawner and joiner of w spin for as long. Before
+ *       taking the lock a spawner that finds hwm within a page of records
+ *       of `touched` writes the next page's records and slot entries once,
+ *       with atomic operations that change no value (touch_ahead), and
+ *       moves `touched` past them; a CAS on `touched` elects one writer per
+ *       range. Best effort: a spawner that overtakes the writer of the
+ *       range it needs faults under the lock as before, and nothing but
+ *       timing depends on this.
  *
  * Stacks: each worker carves stacks from its own chunks (stack.c) and
  * keeps the free ones in a LIFO cache, so the next ULT to start runs on
@@ -65,12 +75,59 @@ _Thread_local struct sched_worker *sched_tls_worker __attribute__((tls_model("in
 /* slots                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/* Writes to a record and to a slot entry that change nothing: the write
+ * faults their page in (S4). They race with nothing: a record's hstate
+ * is only ever accessed atomically, and a slot entry is NULL until
+ * new_slot stores it (the CAS fails then, writing nothing). */
+static inline void touch_rec(struct mpiv_ult *u)
+{
+    atomic_fetch_or_explicit(&u->hstate, 0, memory_order_relaxed);
+}
+
+static inline void touch_slot(_Atomic(struct mpiv_ult *) *s)
+{
+    struct mpiv_ult *none = NULL;
+    atomic_compare_exchange_strong_explicit(s, &none, NULL, memory_order_relaxed,
+                                            memory_order_relaxed);
+}
+
+/* S4: writes, once, the records and slot entries up to the end of the
+ * page past the one the next new slot takes, if nobody has yet. Without
+ * w->lock. */
+static void touch_ahead(struct sched_worker *w)
+{
+    /* relaxed: hints; the CAS below elects the writer, and a stale value
+     * only moves the writes by a page */
+    uint32_t h = atomic_load_explicit(&w->hwm, memory_order_relaxed);
+    uint32_t t = atomic_load_explicit(&w->touched, memory_order_relaxed);
+    uint32_t per = sched_g.recs_per_page;
+    if (h + per <= t || t >= sched_g.max_ults)
+        return;
+    uint32_t to = (h / per + 2) * per;
+    if (to > sched_g.max_ults)
+        to = sched_g.max_ults;
+    if (!atomic_compare_exchange_strong_explicit(&w->touched, &t, to, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return; /* another spawner writes them */
+    /* a page at a time, and the range's last entries, whose page the
+     * steps may miss (slot entries are smaller: t need not start one) */
+    uint32_t per_slot = (uint32_t)(sched_g.page / sizeof *w->slot);
+    for (uint32_t i = t; i < to; i += per)
+        touch_rec(&w->recs[i]);
+    for (uint32_t i = t; i < to; i += per_slot)
+        touch_slot(&w->slot[i]);
+    touch_rec(&w->recs[to - 1]);
+    touch_slot(&w->slot[to - 1]);
+}
+
 /* A never-used slot and its record. w->lock held, w->hwm < max_ults. */
 static struct mpiv_ult *new_slot(struct sched_worker *w)
 {
-    struct mpiv_ult *u = &w->recs[w->hwm];
+    /* relaxed: only lock holders write hwm (S1) */
+    uint32_t h = atomic_load_explicit(&w->hwm, memory_order_relaxed);
+    struct mpiv_ult *u = &w->recs[h];
     u->w = w;
-    u->id = w->hwm;
+    u->id = h;
     /* release: a joiner that looks up a handle with acquire sees the
      * record's fields (w, id) */
     atomic_store_explicit(&w->slot[u->id], u, memory_order_release);
@@ -81,7 +138,7 @@ static struct mpiv_ult *new_slot(struct sched_worker *w)
      * of nsum is ordered against our later seq_cst summary bit-set). */
     if (atomic_load_explicit(&w->nsum, memory_order_relaxed) < need)
         atomic_store_explicit(&w->nsum, need, memory_order_seq_cst);
-    w->hwm++;
+    atomic_store_explicit(&w->hwm, h + 1, memory_order_relaxed);
     return u;
 }
 
@@ -91,6 +148,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
 {
     struct mpiv_ult *u = NULL;
     bool closed = false, full = false;
+    touch_ahead(w);
     util_spin_lock(&w->lock);
     /* relaxed: sched_close stored it before taking this lock to count
      * live; the lock orders the two (see sched_close) */
@@ -98,7 +156,7 @@ static struct mpiv_ult *take_slot(struct sched_worker *w, int *err)
         closed = true;
     else if ((u = w->free_list) != NULL)
         w->free_list = u->link.next_free;
-    else if (w->hwm < sched_g.max_ults)
+    else if (atomic_load_explicit(&w->hwm, memory_order_relaxed) < sched_g.max_ults)
         u = new_slot(w);
     else
         full = true;
@@ -644,6 +702,9 @@ int sched_init(const struct util_config *cfg)
     sched_g.page = page > 0 ? (size_t)page : 4096;
     sched_g.nworkers = (int)cfg->workers;
     sched_g.max_ults = (uint32_t)cfg->max_ults;
+    sched_g.recs_per_page = sched_g.page / sizeof(struct mpiv_ult) > 1
+                                ? (uint32_t)(sched_g.page / sizeof(struct mpiv_ult))
+                                : 1;
     sched_g.nwords = (sched_g.max_ults + 63) / 64;
     sched_g.nsumwords = (sched_g.nwords + 63) / 64;
     sched_g.stack_size = ((size_t)cfg->stack_size + sched_g.page - 1) / sched_g.page * sched_g.page;
@@ -773,7 +834,8 @@ int sched_finalize(void)
         struct sched_worker *w = sched_g.workers[i];
         pthread_join(w->thread, NULL);
         /* relaxed: the worker has exited (joined) */
-        util_log_info("worker %d: %u ULT slots used, %llu stacks made", i, w->hwm,
+        util_log_info("worker %d: %u ULT slots used, %llu stacks made", i,
+                      atomic_load_explicit(&w->hwm, memory_order_relaxed),
                       (unsigned long long)atomic_load_explicit(&w->stacks_made,
                                                                memory_order_relaxed));
     }

@@ -238,7 +238,12 @@ struct sched_worker {
     /* slot allocation, shared with spawners on other threads: */
     _Alignas(UTIL_CACHELINE) util_spinlock lock;
     struct mpiv_ult *free_list;
-    uint32_t hwm;   /* slots ever used */
+    /* slots ever used: written under lock; read relaxed outside it by
+     * touch_ahead (S4 in sched.c), which only needs a recent value */
+    _Atomic uint32_t hwm;
+    /* records and slot entries below this were written once (S4); only
+     * grows, by the CAS of the spawner that writes them */
+    _Atomic uint32_t touched;
     /* spawned and not yet joined: changed under lock; read under it, or
      * relaxed as a peek (sched_ult_alone, has_live) */
     _Atomic uint32_t live;
@@ -255,6 +260,7 @@ struct sched_global {
     struct sched_worker **workers;
     int *cores;
     uint32_t max_ults;
+    uint32_t recs_per_page; /* ULT records per page, at least 1 (S4) */
     uint32_t nwords, nsumwords;
     size_t stack_size; /* per ULT, guard page excluded */
     size_t page;

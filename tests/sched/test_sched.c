@@ -1,6 +1,7 @@
 /* Scheduler basics on one worker: spawn/join at several sizes, slot
  * recycling, capacity, argument and state errors, joins of joined and
- * stale handles, no system call under the slot lock, signal before wait,
+ * stale handles, no system call and no first write of a page under the
+ * slot lock, signal before wait,
  * yield order, nested spawns, and the stack-overflow report (with guard
  * pages, and in the fallback for kernels without MADV_GUARD_INSTALL);
  * MPIV_BIND's binding of the thread that starts the scheduler. */
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,6 +310,74 @@ START_TEST(no_syscall_under_slot_lock)
         sched_signal(&gate[i]);
         ck_assert_int_eq(mpiv_ult_join(full_ults[i], NULL), 0);
     }
+    sched_test_stop();
+}
+END_TEST
+
+/* Whether the page that holds p is in memory (mincore). */
+static bool resident(const void *p)
+{
+    uintptr_t pg = (uintptr_t)sched_g.page;
+    unsigned char v = 0;
+    ck_assert_int_eq(mincore((void *)((uintptr_t)p & ~(pg - 1)), pg, &v), 0);
+    return v & 1;
+}
+
+static atomic_int locked_spawn_rc = -1;
+static mpiv_ult_t locked_spawn_ult;
+
+static void *spawn_behind_lock(void *arg)
+{
+    (void)arg;
+    atomic_store(&locked_spawn_rc, mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &locked_spawn_ult));
+    return NULL;
+}
+
+/* S4: the spawn that will need a fresh page of records writes it before
+ * it takes the slot lock. The test holds the lock while a spawner comes:
+ * the page must fill in while the spawner still waits for the lock. */
+START_TEST(first_touch_outside_slot_lock)
+{
+    enum { N = 1024 };
+    static mpiv_ult_t u[N];
+    sched_test_start(1, N, NULL);
+    struct sched_worker *w = sched_g.workers[0];
+    uint32_t per = sched_g.recs_per_page, n = 0;
+    /* records never straddle pages, so the page of record `touched` is
+     * the first one nobody wrote */
+    ck_assert_uint_eq(sched_g.page % sizeof(struct mpiv_ult), 0);
+    /* past the first pages, then up to the spawn that needs the next one */
+    while (n < 100 || atomic_load(&w->hwm) + per <= atomic_load(&w->touched)) {
+        ck_assert_uint_lt(n, N / 2);
+        ck_assert_int_eq(mpiv_ult_spawn(ret_arg_plus_one, NULL, 0, &u[n]), 0);
+        n++;
+    }
+    uint32_t t = atomic_load(&w->touched);
+    ck_assert_msg(t > atomic_load(&w->hwm), "records up to %u written ahead, %u slots used", t,
+                  atomic_load(&w->hwm));
+    ck_assert_uint_eq(t % per, 0);
+    if (resident(&w->recs[t])) {
+        /* only where the kernel backs the records with huge pages on its
+         * own (transparent huge pages "always"): nothing to observe */
+        printf("first_touch_outside_slot_lock: record %u's page is in memory already\n", t);
+    } else {
+        util_spin_lock(&w->lock);
+        pthread_t sp;
+        ck_assert_int_eq(pthread_create(&sp, NULL, spawn_behind_lock, NULL), 0);
+        bool seen = false;
+        for (int ms = 0; ms < 30000 && !(seen = resident(&w->recs[t])); ms++)
+            sched_test_sleep_us(1000);
+        int early = atomic_load(&locked_spawn_rc);
+        util_spin_unlock(&w->lock);
+        pthread_join(sp, NULL);
+        ck_assert_msg(seen, "record %u's page was not written before the slot lock", t);
+        ck_assert_msg(early == -1, "the spawn returned while the test held the slot lock");
+        ck_assert_int_eq(atomic_load(&locked_spawn_rc), 0);
+        ck_assert_int_eq(mpiv_ult_join(locked_spawn_ult, NULL), 0);
+        ck_assert_uint_ge(atomic_load(&w->touched), t + per);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_int_eq(mpiv_ult_join(u[i], NULL), 0);
     sched_test_stop();
 }
 END_TEST
@@ -733,6 +803,7 @@ static Suite *sched_suite(void)
     tcase_add_test(tc, join_twice);
     tcase_add_test(tc, join_stale_handle);
     tcase_add_test(tc, no_syscall_under_slot_lock);
+    tcase_add_test(tc, first_touch_outside_slot_lock);
     tcase_add_test(tc, signal_before_wait);
     tcase_add_test(tc, yield_alternates);
     tcase_add_test(tc, nested_spawn_join);
