@@ -300,17 +300,11 @@ static void ult_entry(transfer_t t)
     /* The stack's fiber passes to the next ULT on it (making one costs a
      * megabyte of fresh memory). ult_entry never returns, so TSan would
      * keep its frame on the fiber and every later ULT would pile one more
-     * on it, until TSan crashed (sched_stacks/one_at_a_time): pop it, and
-     * switch without entering another instrumented function that does not
-     * return (sched_to_scheduler is one where it is not inlined). */
-    if (__builtin_expect(u->stack->tripwire != NULL, 0))
-        sched_stack_check(w, u);
+     * on it, until TSan crashed (sched_stacks/one_at_a_time): pop it here;
+     * sched_switch_out is inlined, so no frame is pushed after this. */
     __tsan_func_exit();
-    __tsan_switch_to_fiber(w->tsan_fiber, 0);
-    jump_fcontext(w->sched_ctx, SCHED_ULT_FINISHED);
-#else
-    sched_to_scheduler(w, u, SCHED_ULT_FINISHED);
 #endif
+    sched_switch_out(w, u, SCHED_ULT_FINISHED);
     util_fatal("finished ULT %u resumed", u->id);
 }
 

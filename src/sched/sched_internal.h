@@ -360,8 +360,15 @@ void sched_test_force_guard_fallback(int vma_budget);
 
 /* --- context switches ----------------------------------------------------- */
 
-/* ULT -> its scheduler. `data` is NULL (suspend) or SCHED_ULT_FINISHED. */
-static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
+/* The switch itself, ULT -> its scheduler: the tripwire check, the
+ * sanitizers' fiber switches, the jump; returns when the ULT is resumed.
+ * `data` is NULL (suspend) or SCHED_ULT_FINISHED (never resumed). Always
+ * inlined: a finishing ULT switches out from ult_entry after popping its
+ * own frame under ThreadSanitizer, and must not enter an instrumented
+ * function that never returns on the way (TSan would keep that frame on
+ * the stack's fiber, which the next ULT on the stack inherits). */
+static inline __attribute__((always_inline)) transfer_t
+sched_switch_out(struct sched_worker *w, struct mpiv_ult *u, void *data)
 {
     if (__builtin_expect(u->stack->tripwire != NULL, 0))
         sched_stack_check(w, u);
@@ -372,7 +379,13 @@ static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u
 #ifdef MPIV_TSAN
     __tsan_switch_to_fiber(w->tsan_fiber, 0);
 #endif
-    transfer_t t = jump_fcontext(w->sched_ctx, data);
+    return jump_fcontext(w->sched_ctx, data);
+}
+
+/* ULT -> its scheduler, to be resumed later (a wait or a yield). */
+static inline void sched_to_scheduler(struct sched_worker *w, struct mpiv_ult *u, void *data)
+{
+    transfer_t t = sched_switch_out(w, u, data);
     /* resumed by our scheduler (same pthread, R3) */
 #ifdef SCHED_ASAN
     __sanitizer_finish_switch_fiber(u->asan_fake, NULL, NULL);

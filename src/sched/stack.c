@@ -29,7 +29,7 @@
  * Stacks beyond that budget (or whose guard could not be made) have no
  * guard page: their "guard page" is plain memory that nobody uses, and
  * their tripwire is filled with a random pattern. At every switch out of
- * such a ULT (wait, yield, finish: sched_to_scheduler) sched_stack_check
+ * such a ULT (wait, yield, finish: sched_switch_out) sched_stack_check
  * aborts with the same report as a guard hit if
  *   (a) the ULT's stack pointer is below its stack (it is overflowing now:
  *       the gap page absorbs the first 4 KiB), or
