@@ -29,6 +29,15 @@
  *       it (worker >= 0, -1 a plain pthread, -2 the server). It is swapped
  *       atomically on every get and put, so a double put, a put of a packet
  *       that is not out, or a packet handed out twice abort with a message.
+ *   P5  A packet's header is written first when the packet first leaves the
+ *       shared stack, not at create: the stack starts as 0, 1, 2, ... and
+ *       puts only push on top, so packets leave it for the first time in
+ *       index order, and index i leaves for the first time exactly when
+ *       i >= `fresh` (the count of packets that ever left; only grows).
+ *       Deques and holders only ever have packets that left it. So create
+ *       commits none of the region's pages: a pool of 1024 packets of 8 KiB
+ *       touched one page per packet, 4 MiB per process, for headers that a
+ *       process on shm alone mostly never uses.
  */
 #include "pktpool/pktpool.h"
 
@@ -64,6 +73,7 @@ struct pkt_pool {
     size_t npackets;
     int nworkers;
     _Atomic uint32_t *link; /* shared-stack link of packet i: idx+1 or 0 */
+    _Atomic uint32_t fresh; /* P5: packets that ever left the shared stack */
     struct pkt_deque *deques;
 };
 
@@ -101,6 +111,10 @@ static inline void pkt_give(struct pkt_pool *pool, pkt_t *p, const char *what)
     (void)what;
 #ifdef PKT_CHECK_OWNER
     pkt_check_mine(pool, p, what);
+    /* P5: a packet that never left has no header to check yet */
+    uint32_t i = (uint32_t)(((uintptr_t)p - (uintptr_t)pool->base) / pool->stride);
+    if (i >= util_load_relaxed(&pool->fresh))
+        util_fatal("%s: packet %u is already free (put of a packet nobody got)", what, i);
     int32_t was = __atomic_exchange_n(&p->owner, PKT_OWNER_FREE, __ATOMIC_RELAXED);
     if (was == PKT_OWNER_FREE)
         util_fatal("%s: packet %u is already free (double put, or put of a packet "
@@ -132,6 +146,22 @@ static void pkt_shared_push(struct pkt_pool *pool, pkt_t *p)
                                                     memory_order_relaxed));
 }
 
+/* P5: packet i leaves the shared stack for the first time; we own it. */
+static void pkt_first_out(struct pkt_pool *pool, pkt_t *p, uint32_t i)
+{
+    memset(p, 0, sizeof *p);
+    p->idx = i;
+    p->owner = PKT_OWNER_FREE;
+    p->peer = -1;
+    /* relaxed: a count only; concurrent first pops of i and i + 1 may
+     * store in either order, so keep the larger */
+    uint32_t f = util_load_relaxed(&pool->fresh);
+    while (f < i + 1 && !atomic_compare_exchange_weak_explicit(&pool->fresh, &f, i + 1,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
+
 static pkt_t *pkt_shared_pop(struct pkt_pool *pool)
 {
     /* Acquire: pairs with the push's release so the link we read next
@@ -144,8 +174,14 @@ static pkt_t *pkt_shared_pop(struct pkt_pool *pool)
         uint32_t next = util_load_relaxed(&pool->link[idx1 - 1]);
         uint64_t new = pkt_top_make((old >> 32) + 1, next);
         if (atomic_compare_exchange_weak_explicit(&pool->top, &old, new, memory_order_acquire,
-                                                  memory_order_acquire))
-            return (pkt_t *)(pool->base + (size_t)(idx1 - 1) * pool->stride);
+                                                  memory_order_acquire)) {
+            pkt_t *p = (pkt_t *)(pool->base + (size_t)(idx1 - 1) * pool->stride);
+            /* relaxed: a later pop of this packet is ordered after our
+             * update below by the put and push that brought it back */
+            if (idx1 - 1 >= util_load_relaxed(&pool->fresh))
+                pkt_first_out(pool, p, idx1 - 1);
+            return p;
+        }
     }
 }
 
@@ -271,15 +307,11 @@ int pkt_pool_create(struct pkt_pool **pool, size_t npackets, size_t data_size, i
         util_spin_init(&pl->deques[w].lock);
         atomic_init(&pl->deques[w].n, 0);
     }
-    /* Packet 0 ends on top: consecutive gets walk the region forwards. */
-    for (size_t i = 0; i < npackets; i++) {
-        pkt_t *p = (pkt_t *)(pl->base + i * stride);
-        memset(p, 0, sizeof *p);
-        p->idx = (uint32_t)i;
-        p->owner = PKT_OWNER_FREE;
-        p->peer = -1;
+    /* Packet 0 ends on top: consecutive gets walk the region forwards.
+     * Headers are written at each packet's first get (P5). */
+    for (size_t i = 0; i < npackets; i++)
         atomic_init(&pl->link[i], i + 1 < npackets ? (uint32_t)i + 2 : PKT_NONE);
-    }
+    atomic_init(&pl->fresh, 0);
     atomic_init(&pl->top, pkt_top_make(0, 1));
     *pool = pl;
     return MPIV_SUCCESS;

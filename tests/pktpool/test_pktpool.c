@@ -3,8 +3,10 @@
  * checks are in test_pktpool_stress.c. */
 #include <check.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/check_main.h"
 #include "pktpool/pktpool.h"
@@ -32,14 +34,21 @@ START_TEST(region_layout)
     ck_assert_uint_eq(len, 10 * pkt_stride(pool));
     ck_assert_uint_eq(pkt_count(pool), 10);
     ck_assert_uint_eq(pkt_data_size(pool), 100);
+    /* a header is written when its packet is first handed out (P5) */
+    pkt_t *out[10];
+    for (uint32_t i = 0; i < 10; i++)
+        ck_assert_ptr_nonnull(out[i] = pkt_get(pool, 0));
     for (uint32_t i = 0; i < 10; i++) {
         pkt_t *p = pkt_by_index(pool, i);
+        ck_assert_ptr_eq(p, out[i]); /* first gets walk the region forwards */
         ck_assert_ptr_eq(p, (char *)base + i * pkt_stride(pool));
         ck_assert_uint_eq(p->idx, i);
         ck_assert_uint_eq((uintptr_t)p->data % 64, 0);
         ck_assert_ptr_eq(p->data, (char *)p + 64);
     }
     ck_assert_ptr_null(pkt_by_index(pool, 10));
+    for (uint32_t i = 0; i < 10; i++)
+        pkt_put(pool, 0, out[i]);
     pkt_pool_destroy(pool);
 
     /* data sizes that are already multiples of 64, and 0 */
@@ -48,6 +57,52 @@ START_TEST(region_layout)
     pkt_pool_destroy(pool);
     ck_assert_int_eq(pkt_pool_create(&pool, 3, 0, 0), MPIV_SUCCESS);
     ck_assert_uint_eq(pkt_stride(pool), 64);
+    pkt_pool_destroy(pool);
+}
+END_TEST
+
+/* This process's resident memory in KiB (/proc/self/statm). */
+static long resident_kib(void)
+{
+    long size = 0, res = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%ld %ld", &size, &res), 2);
+    fclose(f);
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* P5: create commits none of the region (the default pool: 1024 packets
+ * of 8 KiB, one page per header if written at create); packets handed out
+ * for the first time, and again after a put, have their own index and
+ * are owned by their getter. */
+START_TEST(create_commits_no_headers)
+{
+    struct pkt_pool *pool;
+    long before = resident_kib();
+    ck_assert_int_eq(pkt_pool_create(&pool, 1024, 8192, 1), MPIV_SUCCESS);
+    long grew = resident_kib() - before;
+#ifndef MPIV_TSAN /* TSan's allocator and shadow commit memory of their own */
+    ck_assert_msg(grew < 1024, "a pool of 1024 packets made %ld KiB resident", grew);
+#else
+    (void)grew;
+#endif
+    pkt_t *a = pkt_get(pool, 0), *b = pkt_get(pool, -1);
+    ck_assert_ptr_eq(a, pkt_by_index(pool, 0));
+    ck_assert_ptr_eq(b, pkt_by_index(pool, 1));
+    ck_assert_uint_eq(b->idx, 1);
+    ck_assert_int_eq(b->peer, -1);
+    pkt_put(pool, 0, a); /* a goes to worker 0's deque, b to the stack */
+    pkt_put(pool, -1, b);
+    ck_assert_ptr_eq(pkt_get(pool, -1), b); /* from the stack: not fresh */
+    ck_assert_uint_eq(b->idx, 1);
+    ck_assert_ptr_eq(pkt_get(pool, -1), pkt_by_index(pool, 2)); /* fresh */
+    ck_assert_uint_eq(pkt_by_index(pool, 2)->idx, 2);
+#ifndef NDEBUG
+    ck_assert_int_eq(b->owner, -1);
+#endif
+    pkt_put(pool, -1, pkt_by_index(pool, 2));
+    pkt_put(pool, -1, b);
     pkt_pool_destroy(pool);
 }
 END_TEST
@@ -249,6 +304,7 @@ static Suite *pktpool_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, create_rejects_bad_args);
     tcase_add_test(tc, region_layout);
+    tcase_add_test(tc, create_commits_no_headers);
     tcase_add_test(tc, get_until_empty_returns_null);
     tcase_add_test(tc, lifo_reuse);
     tcase_add_test(tc, full_deque_spills_bottom);
