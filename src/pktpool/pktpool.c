@@ -30,14 +30,17 @@
  *       atomically on every get and put, so a double put, a put of a packet
  *       that is not out, or a packet handed out twice abort with a message.
  *   P5  A packet's header is written first when the packet first leaves the
- *       shared stack, not at create: the stack starts as 0, 1, 2, ... and
- *       puts only push on top, so packets leave it for the first time in
- *       index order, and index i leaves for the first time exactly when
- *       i >= `fresh` (the count of packets that ever left; only grows).
- *       Deques and holders only ever have packets that left it. So create
- *       commits none of the region's pages: a pool of 1024 packets of 8 KiB
- *       touched one page per packet, 4 MiB per process, for headers that a
- *       process on shm alone mostly never uses.
+ *       shared stack, not at create: the thread whose pop took it sees its
+ *       bit in `inited` clear, writes the header and sets the bit before it
+ *       hands the packet out. Every later pop of it is ordered after that
+ *       by the put and push that brought it back, so it sees the bit set.
+ *       Deques and holders only ever have packets that left the stack. So
+ *       create commits none of the region's pages: a pool of 1024 packets
+ *       of 8 KiB touched one page per packet, 4 MiB per process, for
+ *       headers that a process on shm alone mostly never uses. (A running
+ *       count of first pops cannot say this: a popper preempted between
+ *       its pop and its check would find the count already past its
+ *       packet.)
  */
 #include "pktpool/pktpool.h"
 
@@ -73,9 +76,15 @@ struct pkt_pool {
     size_t npackets;
     int nworkers;
     _Atomic uint32_t *link; /* shared-stack link of packet i: idx+1 or 0 */
-    _Atomic uint32_t fresh; /* P5: packets that ever left the shared stack */
+    _Atomic uint64_t *inited; /* P5: bit i set once packet i's header is written */
     struct pkt_deque *deques;
 };
+
+/* P5: whether packet i's header was written (relaxed: see P5). */
+static inline bool pkt_inited(struct pkt_pool *pool, uint32_t i)
+{
+    return util_load_relaxed(&pool->inited[i / 64]) >> (i % 64) & 1;
+}
 
 /* --- ownership check (debug builds) ------------------------------------ */
 
@@ -113,7 +122,7 @@ static inline void pkt_give(struct pkt_pool *pool, pkt_t *p, const char *what)
     pkt_check_mine(pool, p, what);
     /* P5: a packet that never left has no header to check yet */
     uint32_t i = (uint32_t)(((uintptr_t)p - (uintptr_t)pool->base) / pool->stride);
-    if (i >= util_load_relaxed(&pool->fresh))
+    if (!pkt_inited(pool, i))
         util_fatal("%s: packet %u is already free (put of a packet nobody got)", what, i);
     int32_t was = __atomic_exchange_n(&p->owner, PKT_OWNER_FREE, __ATOMIC_RELAXED);
     if (was == PKT_OWNER_FREE)
@@ -153,13 +162,9 @@ static void pkt_first_out(struct pkt_pool *pool, pkt_t *p, uint32_t i)
     p->idx = i;
     p->owner = PKT_OWNER_FREE;
     p->peer = -1;
-    /* relaxed: a count only; concurrent first pops of i and i + 1 may
-     * store in either order, so keep the larger */
-    uint32_t f = util_load_relaxed(&pool->fresh);
-    while (f < i + 1 && !atomic_compare_exchange_weak_explicit(&pool->fresh, &f, i + 1,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed))
-        ;
+    /* relaxed: our put, when it comes, publishes it with the packet */
+    atomic_fetch_or_explicit(&pool->inited[i / 64], UINT64_C(1) << (i % 64),
+                             memory_order_relaxed);
 }
 
 static pkt_t *pkt_shared_pop(struct pkt_pool *pool)
@@ -176,9 +181,7 @@ static pkt_t *pkt_shared_pop(struct pkt_pool *pool)
         if (atomic_compare_exchange_weak_explicit(&pool->top, &old, new, memory_order_acquire,
                                                   memory_order_acquire)) {
             pkt_t *p = (pkt_t *)(pool->base + (size_t)(idx1 - 1) * pool->stride);
-            /* relaxed: a later pop of this packet is ordered after our
-             * update below by the put and push that brought it back */
-            if (idx1 - 1 >= util_load_relaxed(&pool->fresh))
+            if (!pkt_inited(pool, idx1 - 1))
                 pkt_first_out(pool, p, idx1 - 1);
             return p;
         }
@@ -292,11 +295,13 @@ int pkt_pool_create(struct pkt_pool **pool, size_t npackets, size_t data_size, i
     if (posix_memalign((void **)&pl->base, 4096, bytes) != 0)
         pl->base = NULL;
     pl->link = calloc(npackets, sizeof *pl->link);
+    pl->inited = calloc((npackets + 63) / 64, sizeof *pl->inited);
     pl->deques = nworkers ? aligned_alloc(UTIL_CACHELINE, (size_t)nworkers * sizeof *pl->deques)
                           : NULL;
-    if (!pl->base || !pl->link || (nworkers && !pl->deques)) {
+    if (!pl->base || !pl->link || !pl->inited || (nworkers && !pl->deques)) {
         free(pl->base);
         free((void *)pl->link);
+        free((void *)pl->inited);
         free(pl->deques);
         free(pl);
         return util_err(MPIV_ERR_NO_RESOURCES, "pkt_pool_create: no memory for %zu packets of %zu bytes",
@@ -311,7 +316,6 @@ int pkt_pool_create(struct pkt_pool **pool, size_t npackets, size_t data_size, i
      * Headers are written at each packet's first get (P5). */
     for (size_t i = 0; i < npackets; i++)
         atomic_init(&pl->link[i], i + 1 < npackets ? (uint32_t)i + 2 : PKT_NONE);
-    atomic_init(&pl->fresh, 0);
     atomic_init(&pl->top, pkt_top_make(0, 1));
     *pool = pl;
     return MPIV_SUCCESS;
@@ -323,6 +327,7 @@ void pkt_pool_destroy(struct pkt_pool *pool)
         return;
     free(pool->base);
     free((void *)pool->link);
+    free((void *)pool->inited);
     free(pool->deques);
     free(pool);
 }
