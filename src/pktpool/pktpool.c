@@ -35,8 +35,8 @@
  *       hands the packet out. Every later pop of it is ordered after that
  *       by the put and push that brought it back, so it sees the bit set.
  *       Deques and holders only ever have packets that left the stack. So
- *       create commits none of the region's pages: a pool of 1024 packets
- *       of 8 KiB touched one page per packet, 4 MiB per process, for
+ *       create commits none of the region's pages: with packets of a page
+ *       or more, writing every header would commit a page per packet, for
  *       headers that a process on shm alone mostly never uses. (A running
  *       count of first pops cannot say this: a popper preempted between
  *       its pop and its check would find the count already past its

@@ -26,7 +26,7 @@
  *     it reads was written by a free.
  * The table costs memory in proportion to the slots ever used: its pages,
  * the ring's included (H6), are committed when first touched, not at
- * init, where filling a 4 MiB ring cost every process 4 MiB of RSS.
+ * init, so a process that makes few rendezvous handles commits little.
  */
 #include <stdlib.h>
 #include <string.h>
