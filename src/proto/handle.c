@@ -49,19 +49,26 @@ static struct {
 } handles;
 
 #define NIL UINT32_MAX
+/* req, gen, ring, next and prev, one after the other */
+#define TABLE_BYTES ((size_t)HANDLE_SLOTS * (sizeof(void *) + sizeof(uint64_t) + 3 * sizeof(uint32_t)))
 
 int proto_handle_init(void)
 {
     util_spin_init(&handles.lock);
-    handles.req = calloc(HANDLE_SLOTS, sizeof *handles.req);
-    handles.gen = calloc(HANDLE_SLOTS, sizeof *handles.gen);
-    handles.ring = malloc(HANDLE_SLOTS * sizeof *handles.ring);
-    handles.next = malloc(HANDLE_SLOTS * sizeof *handles.next);
-    handles.prev = malloc(HANDLE_SLOTS * sizeof *handles.prev);
-    if (!handles.req || !handles.gen || !handles.ring || !handles.next || !handles.prev) {
-        proto_handle_fini();
-        return util_err(MPIV_ERR_NO_RESOURCES, "cannot allocate the handle table");
-    }
+    /* All five arrays in one mapping of their own, not from the heap: a
+     * table made after another was freed would get the heap's recycled
+     * memory, which calloc zeroes by writing it, so the new table would
+     * commit what H6 leaves untouched. A fresh mapping reads zero and
+     * commits a page at its first write. (4 KiB pages: the arrays are
+     * written sparsely, one slot per live request.) */
+    unsigned char *m = util_map_dense(TABLE_BYTES, TABLE_BYTES);
+    if (!m)
+        return util_err(MPIV_ERR_NO_RESOURCES, "cannot map the handle table");
+    handles.req = (struct mpiv_request **)m;
+    handles.gen = (uint64_t *)(m + HANDLE_SLOTS * sizeof *handles.req);
+    handles.ring = (uint32_t *)((unsigned char *)handles.gen + HANDLE_SLOTS * sizeof *handles.gen);
+    handles.next = handles.ring + HANDLE_SLOTS;
+    handles.prev = handles.next + HANDLE_SLOTS;
     handles.head = 0; /* the ring reads 0, 1, 2, ... until head wraps (H6) */
     handles.wrapped = false;
     handles.len = HANDLE_SLOTS;
@@ -71,11 +78,7 @@ int proto_handle_init(void)
 
 void proto_handle_fini(void)
 {
-    free(handles.req);
-    free(handles.gen);
-    free(handles.ring);
-    free(handles.next);
-    free(handles.prev);
+    util_unmap_dense(handles.req, TABLE_BYTES);
     memset(&handles, 0, sizeof handles);
 }
 
