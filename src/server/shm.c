@@ -118,6 +118,7 @@
 #include <unistd.h>
 
 #include "boot/boot.h"
+#include "server/shm_copy.h"
 #include "server/srv_int.h"
 #include "server/srv_ratelimit.h"
 #include "server/srv_test_hooks.h"
@@ -128,6 +129,7 @@
  * sees no access made by an asm statement. */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #include <cpuid.h>
+#include <x86intrin.h>
 #define SHM_STRING_COPY 1
 #endif
 
@@ -181,7 +183,7 @@
  * RTS and RTR take to travel, the stream wins (docs/perf/pt2pt.md has
  * where that is). */
 #define SHM_EAGER_DEFAULT ((size_t)64 << 10)
-#define SHM_MAGIC UINT64_C(0x4d5049567368316d) /* "MPIVsh1m" */
+#define SHM_MAGIC UINT64_C(0x4d5049567368326d) /* "MPIVsh2m": the layout of 128-byte pairs */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
  * two keeps the core's pieces aligned. */
 #define SHM_MAX_WRITE ((size_t)1 << 30)
@@ -213,10 +215,19 @@ struct shm_rec {
 #define CHUNK_ADDR sizeof(uint64_t)
 _Static_assert(sizeof(struct shm_rec) == 24, "record header");
 
+/* The counters and the records each start a 128-byte pair of lines of
+ * their own. Why: a core's adjacent-line prefetch fetches the other line
+ * of a 128-byte pair along with the one it misses on, so a line one side
+ * writes must not share a pair with a line the other side writes. With
+ * head next to the records' first line, which the sender rewrites at
+ * every start-over (rec_begin), the sender's stores there fetched head
+ * too: its reads of head then found the receiver's new value already in
+ * its cache, which hid how far the receiver's core is (shm_copy.h). */
+#define SHM_PAIR 128
 struct shm_ring {
-    _Alignas(64) _Atomic uint64_t tail; /* bytes written (the sender's)     */
-    _Alignas(64) _Atomic uint64_t head; /* bytes consumed (the receiver's)  */
-    _Alignas(64) unsigned char bytes[];
+    _Alignas(SHM_PAIR) _Atomic uint64_t tail; /* bytes written (the sender's)  */
+    _Alignas(SHM_PAIR) _Atomic uint64_t head; /* bytes consumed (the receiver's) */
+    _Alignas(SHM_PAIR) unsigned char bytes[];
 };
 
 struct shm_seg_header {
@@ -225,6 +236,7 @@ struct shm_seg_header {
     uint64_t ring_bytes, ring_size, inline_max;
     uint64_t key; /* the stamps' key of every ring in the segment (R5)    */
 };
+_Static_assert(sizeof(struct shm_seg_header) <= SHM_PAIR, "the header is before the first ring");
 
 /* A live registration: [start, end) may receive CHUNK records. */
 struct shm_reg {
@@ -259,6 +271,8 @@ struct shm_out {
                               whether it may start over (rec_begin)        */
     uint64_t ahead;        /* the position up to which the ring's lines
                               were asked for (rec_begin)                   */
+    struct shm_copy_choice copy; /* how long payloads are copied in
+                                    (rec_copy, shm_copy.h)                 */
 };
 _Static_assert(sizeof(struct shm_out) == 64, "a sender's state is one line");
 
@@ -316,7 +330,7 @@ struct srv_backend {
 
 static struct shm_ring *ring_of(struct srv_backend *be, unsigned char *seg, int sender)
 {
-    return (struct shm_ring *)(seg + 64 + (size_t)be->lidx[sender] * be->ring_size);
+    return (struct shm_ring *)(seg + SHM_PAIR + (size_t)be->lidx[sender] * be->ring_size);
 }
 
 /* The record space a payload of len bytes takes (a multiple of 64): one
@@ -342,12 +356,36 @@ static size_t rec_span(size_t bytes)
 static _Atomic bool string_copy_ok;
 #endif
 
+#ifdef SHM_STRING_COPY
+/* SHM_COPY_NEAR_NS in time-stamp counter ticks, 0 if the counter's rate
+ * is unknown (shm_copy.h, C4); set by shm_init (relaxed: every thread
+ * that sets it stores about the same value, and any is good enough). */
+static _Atomic uint32_t near_ticks;
+
+/* The counter's ticks per ns against the monotonic clock, over 100 us;
+ * 0 without an invariant counter (its rate would follow the core's). */
+static uint32_t near_ticks_probe(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
+        return 0;
+    uint64_t n0 = util_now_ns(), t0 = __rdtsc(), n1;
+    while ((n1 = util_now_ns()) - n0 < 100000)
+        ;
+    double per_ns = (double)(__rdtsc() - t0) / (double)(n1 - n0);
+    double t = per_ns * SHM_COPY_NEAR_NS;
+    return t >= 1 && t < UINT16_MAX ? (uint32_t)t : 0;
+}
+#endif
+
 static void string_copy_probe(void)
 {
 #ifdef SHM_STRING_COPY
     unsigned a, b, c, d;
     bool erms = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 9));
     atomic_store_explicit(&string_copy_ok, erms, memory_order_relaxed);
+    if (erms && !atomic_load_explicit(&near_ticks, memory_order_relaxed))
+        atomic_store_explicit(&near_ticks, near_ticks_probe(), memory_order_relaxed);
 #endif
 }
 
@@ -415,8 +453,12 @@ static int shm_init(const struct util_config *cfg, int rank, int size, struct sr
         return util_err(MPIV_ERR_NO_RESOURCES, "shm: out of memory");
     }
     *out = be;
-    for (int r = 0; r < size; r++)
+    /* MPIV_SHM_COPY: 0 auto (chosen per ring), 1 whole, 2 pieces */
+    int way = cfg->shm_copy == 1 ? SHM_COPY_WHOLE : cfg->shm_copy == 2 ? SHM_COPY_PIECES : -1;
+    for (int r = 0; r < size; r++) {
         util_spin_init(&be->out[r].lock);
+        be->out[r].copy = shm_copy_choice_init(way);
+    }
     return MPIV_SUCCESS;
 }
 
@@ -444,7 +486,7 @@ static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
     if (be->inline_max < be->pkt_data)
         be->inline_max = be->pkt_data;
     be->ring_size = sizeof(struct shm_ring) + (size_t)be->ring_bytes;
-    be->seg_size = 64 + (size_t)be->nlocal * be->ring_size;
+    be->seg_size = SHM_PAIR + (size_t)be->nlocal * be->ring_size;
     be->maxposted = (int)pkt_count(pool);
     be->posted = calloc((size_t)be->maxposted, sizeof *be->posted);
     if (!be->posted)
@@ -615,9 +657,35 @@ static int shm_exchange(struct srv_backend *be)
  * that publishes it. */
 struct rec_spot {
     struct shm_ring *g;
+    struct shm_out *o; /* be->out[peer] */
     uint64_t *tail; /* be->out[peer].tail */
     uint64_t pos, end, key;
 };
+
+/* The ring's head (acquire: the receiver is done with the bytes below
+ * it), read for rec_begin, o's lock held. Where a string copy is used,
+ * a read that finds the head moved since the last one is timed: the line
+ * came from the receiver's core, and how long that took chooses how long
+ * payloads are copied in (shm_copy.h, C2). */
+static inline uint64_t head_read(struct shm_out *o, struct shm_ring *g)
+{
+#ifdef SHM_STRING_COPY
+    uint32_t near = atomic_load_explicit(&near_ticks, memory_order_relaxed);
+    if (near && !o->copy.fixed) {
+        _mm_lfence();
+        uint64_t t0 = __rdtsc();
+        _mm_lfence();
+        uint64_t h = atomic_load_explicit(&g->head, memory_order_acquire);
+        _mm_lfence();
+        uint64_t t = __rdtsc() - t0;
+        if (h != o->seen_head)
+            shm_copy_learn(&o->copy, t, near);
+        return h;
+    }
+#endif
+    (void)o;
+    return atomic_load_explicit(&g->head, memory_order_acquire);
+}
 
 /* Room for a record of len payload bytes in our ring at `peer`: returns
  * where to write it and fills in *at (with a SKIP record written and
@@ -628,6 +696,7 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
 {
     struct shm_out *o = &be->out[peer];
     at->g = o->ring;
+    at->o = o;
     at->tail = &o->tail;
     uint64_t t = *at->tail;
     size_t off = (size_t)(t & (be->ring_bytes - 1));
@@ -647,15 +716,13 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * bytes. */
     if (!wrap && off >= SHM_HOT && t >= o->hot_check) {
         o->hot_check = (t | (SHM_HOT - 1)) + 1;
-        /* acquire: as below */
-        o->seen_head = atomic_load_explicit(&at->g->head, memory_order_acquire);
+        o->seen_head = head_read(o, at->g);
         uint64_t lag = t - o->seen_head;
         wrap = lag <= SHM_HOT / 2 && lag + need <= off;
     }
     size_t span = wrap ? to_end + need : need;
     if (t + span - o->seen_head > be->ring_bytes) {
-        /* acquire: the receiver is done with the bytes we are about to reuse */
-        o->seen_head = atomic_load_explicit(&at->g->head, memory_order_acquire);
+        o->seen_head = head_read(o, at->g);
         if (t + span - o->seen_head > be->ring_bytes)
             return NULL;
     }
@@ -719,35 +786,55 @@ static void rec_commit(const struct rec_spot *at, struct shm_rec *r, size_t len)
     rec_publish(at, r, (uint32_t)(rec_bytes(len) / 64));
 }
 
-/* Copies n bytes into a record. A string copy's stores may become visible
+/* A string copy of n bytes into a record. Its stores may become visible
  * out of order among themselves, but not after a later store (Intel SDM
  * vol. 3A, "Memory-Ordering Model for String Operations on Write-Back
  * Memory"; every lock released by a plain store after a memcpy that glibc
  * does with `rep movsb` relies on the same), so the stamp's release store
  * after it still publishes them all (R3). */
-static inline void rec_copy(unsigned char *dst, const void *src, size_t n)
+#ifdef SHM_STRING_COPY
+static inline void string_copy(unsigned char *dst, const void *src, size_t n)
+{
+    __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+}
+#endif
+
+/* Copies n bytes into a record of the ring `o` is the sender's state of
+ * (its lock held): a long one in the way o->copy chose (shm_copy.h). */
+static inline void rec_copy(struct shm_out *o, unsigned char *dst, const void *src, size_t n)
 {
 #ifdef SHM_STRING_COPY
     if (n >= SHM_MOVSB_MIN && atomic_load_explicit(&string_copy_ok, memory_order_relaxed)) {
-        __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+        if (n <= SHM_COPY_PIECE) {
+            string_copy(dst, src, n);
+            return;
+        }
+        if (!shm_copy_in_pieces(&o->copy, n)) {
+            string_copy(dst, src, n);
+        } else {
+            for (size_t at = 0; at < n; at += SHM_COPY_PIECE)
+                string_copy(dst + at, (const unsigned char *)src + at,
+                            n - at < SHM_COPY_PIECE ? n - at : SHM_COPY_PIECE);
+        }
         return;
     }
 #endif
+    (void)o;
     memcpy(dst, src, n);
 }
 
 /* Copies bytes [from, to) of a's alen bytes followed by b's into data at
  * the same offsets. */
-static inline void put_span(unsigned char *data, const void *a, size_t alen, const void *b,
-                            size_t from, size_t to)
+static inline void put_span(struct shm_out *o, unsigned char *data, const void *a, size_t alen,
+                            const void *b, size_t from, size_t to)
 {
     if (from < alen) {
         size_t n = (to < alen ? to : alen) - from;
-        rec_copy(data + from, (const unsigned char *)a + from, n);
+        rec_copy(o, data + from, (const unsigned char *)a + from, n);
         from += n;
     }
     if (from < to)
-        rec_copy(data + from, (const unsigned char *)b + (from - alen), to - from);
+        rec_copy(o, data + from, (const unsigned char *)b + (from - alen), to - from);
 }
 
 /* Writes a MSG record of a's alen bytes followed by b's blen and
@@ -765,10 +852,10 @@ static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void
      * passes its first line is exactly one of more than one line) */
     size_t first = total > 64 - REC_HDR ? 64 - REC_HDR : total;
     if (first < total)
-        put_span(r->data, a, alen, b, first, total);
+        put_span(at->o, r->data, a, alen, b, first, total);
     r->kind = REC_MSG;
     r->len = (uint32_t)total;
-    put_span(r->data, a, alen, b, 0, first);
+    put_span(at->o, r->data, a, alen, b, 0, first);
     rec_publish(at, r, (uint32_t)(bytes / 64));
 }
 
@@ -980,7 +1067,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             c->kind = REC_CHUNK;
             c->len = (uint32_t)n;
             memcpy(c->data, &raddr, CHUNK_ADDR);
-            rec_copy(c->data + CHUNK_ADDR, (const char *)op->buf + off, n);
+            rec_copy(at.o, c->data + CHUNK_ADDR, (const char *)op->buf + off, n);
             op->note[0] += n;
             rec_commit(&at, c, CHUNK_ADDR + n);
         } else {
@@ -1375,6 +1462,25 @@ int srv_shm_test_open_segment(struct srv_backend *be, const char *name)
 }
 
 size_t srv_shm_test_segment_size(struct srv_backend *be) { return be->seg_size; }
+
+int srv_shm_test_copy(struct srv_backend *be, int peer, unsigned *lat, unsigned *samples,
+                      unsigned *near)
+{
+    struct shm_out *o = &be->out[peer];
+    util_bias_lock(&o->lock);
+    *lat = o->copy.lat;
+    *samples = o->copy.samples;
+    int way = o->copy.way;
+    util_bias_unlock(&o->lock);
+#ifdef SHM_STRING_COPY
+    *near = atomic_load_explicit(&string_copy_ok, memory_order_relaxed)
+                ? atomic_load_explicit(&near_ticks, memory_order_relaxed)
+                : 0;
+#else
+    *near = 0;
+#endif
+    return way;
+}
 
 static void shm_finalize(struct srv_backend *be)
 {

@@ -45,6 +45,12 @@ uint64_t srv_shm_test_dropped(struct srv_backend *be);
 int srv_shm_test_open_segment(struct srv_backend *be, const char *name);
 /* shm: the size every rank's segment has. */
 size_t srv_shm_test_segment_size(struct srv_backend *be);
+/* shm: how long payloads to `peer` are copied in now (shm_copy.h: 0
+ * whole, 1 pieces), the running mean of the line latency in ticks and
+ * the samples taken; *near is the threshold in ticks, 0 where no choice
+ * is made (no string copy, as under the sanitizers, or no usable clock). */
+int srv_shm_test_copy(struct srv_backend *be, int peer, unsigned *lat, unsigned *samples,
+                      unsigned *near);
 
 /* ofi: announce RDMA writes by message (as on providers that do not report
  * a remote write's length) whatever the probe found. */

@@ -94,6 +94,12 @@ static const struct cfg_var cfg_vars[] = {
      "shm backend: bytes of each ring (one per pair of ranks, in each direction), a power of "
      "two from 64K, enough for 4 packets; 0 = 4M, halved while ranks x ring passes 8M, down to "
      "256K (so /dev/shm holds max(8M, ranks x 256K) per rank); every rank must use the same"},
+    {"MPIV_SHM_COPY", CFG_WORDS, OFF(shm_copy), 0, 2, 0, "auto|whole|pieces",
+     "shm backend, x86-64: how a sender copies a payload of more than 2K into a ring; whole = "
+     "one string copy, which stores lines without reading them first (the faster way when "
+     "the receiver's core is far); pieces = string copies of 2K (the faster way when the "
+     "two cores share a cache); auto = pieces up to 16K while a line takes under 100 ns to "
+     "come from the receiver's core (timed on the ring's head), else whole"},
     {"MPIV_SERVER_CORE", CFG_INT, OFF(server_core), -1, 4095, -1, NULL,
      "core the server thread is pinned to; -1 = the last core of this rank's share"},
     {"MPIV_BOOT_TIMEOUT", CFG_INT, OFF(boot_timeout), 1, 86400, 60, NULL,

@@ -107,6 +107,7 @@ struct util_config {
     int64_t one_thread;     /* MPIV_ONE_THREAD: 1 auto, 0 off                */
     int64_t shm_eager_limit; /* MPIV_SHM_EAGER_LIMIT: largest eager on shm   */
     int64_t shm_ring;       /* MPIV_SHM_RING: bytes per ring, 0 = by ranks   */
+    int64_t shm_copy;       /* MPIV_SHM_COPY: 0 auto, 1 whole, 2 pieces      */
     int64_t server_core;    /* MPIV_SERVER_CORE: core of the server, -1=last */
     int64_t ibv_gid_index;  /* MPIV_IBV_GID_INDEX: -1 = find RoCE v2 IPv4    */
     int64_t boot_timeout;   /* MPIV_BOOT_TIMEOUT: seconds per bootstrap step */

@@ -46,6 +46,7 @@
 
 #include "pktpool/pktpool.h"
 #include "boot/boot.h"
+#include "server/shm_copy.h"
 #include "server/srv_int.h"
 #include "common/check_main.h"
 #include "common/lib_loaded.h"
@@ -340,16 +341,21 @@ END_TEST
  * whole and in order, and nothing be dropped: a stamp published before
  * the bytes it covers, or a stale stamp of an earlier lap taken for a new
  * one, shows up as a wrong byte here, and as a data race under TSan. */
-enum { STAMP_RECORDS = 60000, STAMP_MAX_LEN = 2600 };
+enum { STAMP_RECORDS = 60000, STAMP_MAX_LEN = 2600, STAMP_LONGEST = 20000 };
 
 static unsigned char stamp_byte(uint32_t seq, size_t k) { return (unsigned char)(seq * 7u + k); }
+
+/* What the sender sends: records of (i * 131) % stamp_max payload bytes. */
+static uint32_t stamp_records;
+static size_t stamp_max;
 
 static void *stamp_sender(void *arg)
 {
     (void)arg;
-    unsigned char hdr[32], body[STAMP_MAX_LEN];
-    for (uint32_t i = 0; i < STAMP_RECORDS; i++) {
-        size_t len = (i * 131u) % sizeof body;
+    static unsigned char body[STAMP_LONGEST];
+    unsigned char hdr[32];
+    for (uint32_t i = 0; i < stamp_records; i++) {
+        size_t len = (i * 131u) % stamp_max;
         memset(hdr, 0, sizeof hdr);
         memcpy(hdr, &i, sizeof i);
         for (size_t k = 0; k < len; k++)
@@ -363,20 +369,23 @@ static void *stamp_sender(void *arg)
     return NULL;
 }
 
-START_TEST(test_shm_two_threads)
+/* Runs stamp_sender on a thread of its own and checks every record it
+ * sends as this thread reads them. */
+static void two_threads_run(uint32_t records, size_t max_len)
 {
-    up(&srv_shm_ops);
+    stamp_records = records;
+    stamp_max = max_len;
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, stamp_sender, NULL), 0);
     struct srv_cqe ev[16];
     uint32_t want = 0, bad_seq = UINT32_MAX;
     size_t bad_at = 0;
     uint64_t deadline = util_now_ns() + 60ull * 1000000000ull;
-    while (want < STAMP_RECORDS && util_now_ns() < deadline) {
+    while (want < records && util_now_ns() < deadline) {
         int n = ops->poll(be, ev, 16);
         ck_assert_int_ge(n, 0);
         for (int i = 0; i < n; i++) {
-            size_t len = (want * 131u) % STAMP_MAX_LEN;
+            size_t len = (want * 131u) % max_len;
             uint32_t seq;
             memcpy(&seq, ev[i].data, sizeof seq);
             if (bad_seq == UINT32_MAX && (ev[i].kind != SRV_CQE_RECV || seq != want ||
@@ -396,12 +405,106 @@ START_TEST(test_shm_two_threads)
     void *ret;
     ck_assert_int_eq(pthread_join(t, &ret), 0);
     ck_assert_ptr_null(ret);
-    ck_assert_msg(want == STAMP_RECORDS, "%u of %d records arrived", want, STAMP_RECORDS);
+    ck_assert_msg(want == records, "%u of %u records arrived", want, records);
     ck_assert_msg(bad_seq == UINT32_MAX, "record %u is wrong (first at payload byte %zu)",
                   bad_seq, bad_at);
     ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
     poll_none(5);
+}
+
+START_TEST(test_shm_two_threads)
+{
+    up(&srv_shm_ops);
+    two_threads_run(STAMP_RECORDS, STAMP_MAX_LEN);
     down();
+}
+END_TEST
+
+/* The two ways a long payload is copied in (src/server/shm_copy.h), each
+ * fixed with MPIV_SHM_COPY, and the choice between them (auto), with
+ * records of up to 20 KB from a second thread (one piece, several, a last
+ * piece short of a line, and past SHM_COPY_PIECES_MAX), every byte
+ * checked as above. Fixed, the way never changes and nothing is sampled;
+ * in auto, where a choice is made (a string copy and a usable clock), the
+ * sender sampled the head's line and uses the way its mean says (C2, C4). */
+static const char *const copy_ways[] = {"auto", "whole", "pieces"};
+
+START_TEST(test_shm_copy_ways)
+{
+    setenv("MPIV_SHM_COPY", copy_ways[_i], 1);
+    up(&srv_shm_ops);
+    two_threads_run(20000, STAMP_LONGEST);
+    unsigned lat, samples, near;
+    int way = srv_shm_test_copy(be, 0, &lat, &samples, &near);
+    if (_i > 0) {
+        ck_assert_int_eq(way, _i - 1);
+        ck_assert_uint_eq(samples, 0);
+    } else if (near) {
+        ck_assert_uint_gt(samples, 0);
+        ck_assert_int_eq(way, lat < near ? 1 : 0);
+    } else {
+        ck_assert_int_eq(way, 0); /* no choice made: whole, as a string copy does */
+    }
+    down();
+    unsetenv("MPIV_SHM_COPY");
+}
+END_TEST
+
+/* The choice's rule by itself (shm_copy.h), on made-up samples. */
+START_TEST(test_shm_copy_rule)
+{
+    const uint32_t near = 200;
+    struct shm_copy_choice c = shm_copy_choice_init(-1);
+    ck_assert_int_eq(c.way, SHM_COPY_WHOLE); /* C1 */
+    shm_copy_learn(&c, 50, 0);               /* C4: no threshold, no choice */
+    ck_assert_int_eq(c.way, SHM_COPY_WHOLE);
+    ck_assert_uint_eq(c.samples, 0);
+    shm_copy_learn(&c, 100, near); /* the first sample is the mean */
+    ck_assert_uint_eq(c.lat, 100);
+    ck_assert_int_eq(c.way, SHM_COPY_PIECES);
+    /* C3: one stretched sample moves the mean by under 2x, not across */
+    shm_copy_learn(&c, 1000000, near);
+    ck_assert_uint_lt(c.lat, 200);
+    ck_assert_int_eq(c.way, SHM_COPY_PIECES);
+    for (int i = 0; i < 20; i++)
+        shm_copy_learn(&c, 100, near);
+    ck_assert_uint_le(c.lat, 102);
+    /* a far peer from now on: followed within 3 samples */
+    int k = 0;
+    while (c.way == SHM_COPY_PIECES && k < 10) {
+        shm_copy_learn(&c, 700, near);
+        k++;
+    }
+    ck_assert_int_le(k, 3);
+    ck_assert_int_eq(c.way, SHM_COPY_WHOLE);
+    for (int i = 0; i < 40; i++)
+        shm_copy_learn(&c, 700, near);
+    ck_assert_uint_ge(c.lat, 690);
+    /* and back, the mean saturating at neither end */
+    for (int i = 0; i < 40; i++)
+        shm_copy_learn(&c, 0, near);
+    ck_assert_uint_le(c.lat, 2);
+    ck_assert_uint_ge(c.lat, 1);
+    ck_assert_int_eq(c.way, SHM_COPY_PIECES);
+    struct shm_copy_choice big = shm_copy_choice_init(-1);
+    for (int i = 0; i < 40; i++)
+        shm_copy_learn(&big, UINT64_MAX / 2, near);
+    ck_assert_uint_eq(big.lat, UINT16_MAX);
+    ck_assert_int_eq(big.way, SHM_COPY_WHOLE);
+    ck_assert_uint_eq(big.samples, 40);
+    /* C6: near, but past SHM_COPY_PIECES_MAX a copy is whole */
+    ck_assert(shm_copy_in_pieces(&c, SHM_COPY_PIECE + 1));
+    ck_assert(shm_copy_in_pieces(&c, SHM_COPY_PIECES_MAX));
+    ck_assert(!shm_copy_in_pieces(&c, SHM_COPY_PIECES_MAX + 1));
+    ck_assert(!shm_copy_in_pieces(&big, SHM_COPY_PIECE + 1));
+    /* C5: fixed, samples change nothing, and pieces means every length */
+    for (int w = SHM_COPY_WHOLE; w <= SHM_COPY_PIECES; w++) {
+        struct shm_copy_choice f = shm_copy_choice_init(w);
+        shm_copy_learn(&f, w == SHM_COPY_WHOLE ? 1 : 5000, near);
+        ck_assert_int_eq(f.way, w);
+        ck_assert_uint_eq(f.samples, 0);
+        ck_assert_int_eq(shm_copy_in_pieces(&f, (size_t)1 << 20), w == SHM_COPY_PIECES);
+    }
 }
 END_TEST
 
@@ -945,6 +1048,8 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_forged_sizes);
     tcase_add_test(shm, test_shm_ring_wrap);
     tcase_add_test(shm, test_shm_two_threads);
+    tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
+    tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
