@@ -147,6 +147,17 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
+/* Records of this many bytes or more look whether the ring may start
+ * over whenever they start past SHM_HOT, not only at the first record
+ * past each SHM_HOT boundary (rec_begin). Why: a rendezvous writes its
+ * CHUNKs back to back, so the boundary's check kept landing on a CHUNK
+ * that the receiver was still one CHUNK behind, and a ping-pong of
+ * messages of a few CHUNKs swept the whole ring: out of cache, and where
+ * a page's first write is slow (docs/perf/pt2pt.md), a first lap many
+ * times slower than the next. The first CHUNK of a message finds the
+ * receiver done with everything before it. One read of head costs little
+ * beside the copy of a record this long. */
+#define SHM_LOOK_LONG ((size_t)32 << 10)
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
 /* The unused lines after a long record (rec_span). Why: a reader that has
@@ -713,8 +724,8 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * receiver that close to the SKIP, that room is short only briefly. A
      * burst that outruns the receiver leaves it far behind, and then
      * uses the whole ring as before, paying one read of head per SHM_HOT
-     * bytes. */
-    if (!wrap && off >= SHM_HOT && t >= o->hot_check) {
+     * bytes, or per record from SHM_LOOK_LONG bytes on. */
+    if (!wrap && off >= SHM_HOT && (t >= o->hot_check || bytes >= SHM_LOOK_LONG)) {
         o->hot_check = (t | (SHM_HOT - 1)) + 1;
         o->seen_head = head_read(o, at->g);
         uint64_t lag = t - o->seen_head;

@@ -583,6 +583,64 @@ START_TEST(test_shm_pingpong_stays_hot)
 }
 END_TEST
 
+/* A rendezvous ping-pong starts over too: each message is a short record
+ * (the RTS), CHUNKs of 64 KiB written back to back, then the IMM, and
+ * the next message comes once all of it was read. The check at each
+ * SHM_HOT boundary alone lands on a CHUNK the reader is still a CHUNK
+ * behind (the second of a message, or the IMM after it), so without the
+ * look of long records (SHM_LOOK_LONG) the writes sweep the whole ring;
+ * every byte still arrives where its CHUNK says. */
+START_TEST(test_shm_rendezvous_pingpong_stays_hot)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes();
+    enum { CHUNK = 64 << 10, MSG = 2 * CHUNK };
+    ck_assert_uint_ge(ring, 8 * (size_t)MSG); /* else the ring bounds it anyway */
+    unsigned char *dst = malloc(MSG), *src = malloc(MSG);
+    srv_mr mr;
+    void *h;
+    ck_assert_int_eq(ops->mr_reg(be, dst, MSG, &mr, &h), MPIV_SUCCESS);
+    uint64_t b = (uint64_t)(uintptr_t)dst;
+    size_t far = 0;
+    /* a lap and a quarter of the ring */
+    int rounds = (int)(5 * ring / 4 / MSG);
+    for (int r = 0; r < rounds; r++) {
+        memset(src, r + 1, MSG);
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 8, 0, 0, 0, "rts-rts-", 8),
+                         MPIV_SUCCESS);
+        for (size_t off = 0; off < MSG; off += CHUNK)
+            ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_CHUNK, CHUNK, 0, b + off, 0,
+                                                  src + off, CHUNK),
+                             MPIV_SUCCESS);
+        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_IMM, MSG, 0, 0, (uint32_t)r, NULL, 0),
+                         MPIV_SUCCESS);
+        size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
+        if (off > far)
+            far = off;
+        struct srv_cqe ev[4];
+        ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+        ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+        ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+        if (ops->release)
+            ops->release(be);
+        ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+        ck_assert_int_eq(ev[0].kind, SRV_CQE_IMM);
+        ck_assert_int_eq(ev[0].err, MPIV_SUCCESS);
+        ck_assert_uint_eq(ev[0].imm, (uint32_t)r);
+        ck_assert_msg(dst[0] == (unsigned char)(r + 1) && dst[MSG - 1] == (unsigned char)(r + 1),
+                      "round %d: the CHUNKs' bytes did not arrive", r);
+    }
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    ck_assert_msg(far <= hot + 2 * (size_t)MSG,
+                  "a rendezvous ping-pong wrote up to byte %zu of a %zu-byte ring (the hot "
+                  "part is %zu bytes)", far, ring, hot);
+    ops->mr_dereg(be, h);
+    free(src);
+    free(dst);
+    down();
+}
+END_TEST
+
 /* A burst that outruns the reader (records written while nothing is read)
  * still has the whole ring: the early start-over must not shrink it. */
 START_TEST(test_shm_burst_has_the_whole_ring)
@@ -1051,6 +1109,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
     tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
+    tcase_add_test(shm, test_shm_rendezvous_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
     tcase_add_test(shm, test_shm_long_record_leaves_a_gap);
