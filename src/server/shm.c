@@ -13,8 +13,9 @@
  * /dev/shm) holding one ring per rank of its host (all N ranks in a
  * one-host job; in a mixed job, see server.c, only those of the host),
  * ring lidx[s] carrying what rank s sends to r. A ring is `ring_bytes`
- * (a power of two) of variable-length records and two counters on cache
- * lines of their own: tail (bytes written, by the sender) and head (bytes
+ * (a power of two) of variable-length records and two counters, each
+ * counter and the records starting a 128-byte pair of lines of their own
+ * (SHM_PAIR): tail (bytes written, by the sender) and head (bytes
  * consumed, by the receiver). A record is a 24-byte header (a stamp,
  * kind, length, its own size in 64-byte lines, the IMM value), then its
  * payload (a CHUNK's begins with its address), rounded up to 64 bytes, so
