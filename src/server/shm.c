@@ -148,17 +148,20 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
-/* Records of this many bytes or more look whether the ring may start
- * over whenever they start past SHM_HOT, not only at the first record
- * past each SHM_HOT boundary (rec_begin). Why: a rendezvous writes its
- * CHUNKs back to back, so the boundary's check kept landing on a CHUNK
- * that the receiver was still one CHUNK behind, and a ping-pong of
- * messages of a few CHUNKs swept the whole ring: out of cache, and where
- * a page's first write is slow (docs/perf/pt2pt.md), a first lap many
- * times slower than the next. The first CHUNK of a message finds the
- * receiver done with everything before it. One read of head costs little
- * beside the copy of a record this long. */
-#define SHM_LOOK_LONG ((size_t)32 << 10)
+/* Records of this many bytes or more (a full CHUNK, the largest eager
+ * messages) look whether the ring may start over whenever they start
+ * past SHM_HOT, not only at the first record past each SHM_HOT boundary
+ * (rec_begin). Why: a rendezvous writes its CHUNKs back to back, so the
+ * boundary's check kept landing on a CHUNK that the receiver was still
+ * one CHUNK behind, and a ping-pong of messages of a few CHUNKs swept the
+ * whole ring: out of cache, and where a page's first write is slow
+ * (docs/perf/pt2pt.md), a first lap many times slower than the next.
+ * The first CHUNK of a message of two or more is a full one, and finds
+ * the receiver done with everything before it. One read of head costs
+ * little beside the copy of a record this long; beside a copy of half
+ * of it, in a window that keeps the receiver behind, it cost bandwidth
+ * already. */
+#define SHM_LOOK_LONG SHM_CHUNK
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
 /* The unused lines after a long record (rec_span). Why: a reader that has
