@@ -158,9 +158,12 @@
  * (docs/perf/pt2pt.md), a first lap many times slower than the next.
  * The first CHUNK of a message of two or more is a full one, and finds
  * the receiver done with everything before it. One read of head costs
- * little beside the copy of a record this long; beside a copy of half
- * of it, in a window that keeps the receiver behind, it cost bandwidth
- * already. */
+ * little beside the copy of a record this long; beside the copy of a
+ * shorter one it shows in the bandwidth of a window, which keeps the
+ * receiver behind and so never starts over (docs/perf/pt2pt.md). And a
+ * record this long spans a whole SHM_HOT, so the boundary's check
+ * comes at the record after it anyway: the look adds at most one read
+ * of head per SHM_HOT bytes. */
 #define SHM_LOOK_LONG SHM_CHUNK
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
