@@ -148,6 +148,26 @@
 /* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
  * small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
+/* The part of a ring a ping-pong of long records cycles through once a
+ * look found the receiver done with all it was sent (rec_begin). Why not
+ * SHM_HOT: a
+ * core's first-level cache holds both rings' hot parts and the messages'
+ * buffers only if each ring's is a few KiB; past it, every record's lines
+ * come from further out on both sides (4 KiB messages took a third longer
+ * each way when they cycled through 16 KiB of ring than through 8:
+ * docs/perf/pt2pt.md). A look costs a read of head, one line from the
+ * receiver, and a start-over a SKIP, which both pay only once per
+ * SHM_NEAR bytes. */
+#define SHM_NEAR ((size_t)8 << 10)
+/* The shortest and the longest record that looks from SHM_NEAR on. Why
+ * not shorter: a start-over leaves the sender only the bytes before it
+ * until the receiver passes the SKIP (R2), and a window of short messages
+ * sent at once would find so few full; of records this long only a few
+ * fit in SHM_NEAR anyway, and a window of them fills SHM_HOT too. Why not
+ * longer: two such records and their buffers are past what a first-level
+ * cache holds, so a start-over at each one would only add a SKIP. */
+#define SHM_NEAR_MIN ((size_t)2 << 10)
+#define SHM_NEAR_MAX (2 * SHM_NEAR)
 /* Records of this many bytes or more (a full CHUNK, the largest eager
  * messages) look whether the ring may start over whenever they start
  * past SHM_HOT, not only at the first record past each SHM_HOT boundary
@@ -275,7 +295,8 @@ struct shm_done {
  * `lock` (R1). */
 struct shm_out {
     _Alignas(64) util_spinlock lock;
-    uint32_t pad_;
+    uint32_t caught_up;    /* 1: the last look at head (rec_begin) found the
+                              receiver done with every record              */
     struct shm_ring *ring; /* our ring in the peer's segment, once mapped  */
     uint64_t key;          /* the stamps' key of that ring (R5)            */
     uint64_t tail;         /* the ring's tail, which only we write (R1): a
@@ -731,12 +752,18 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * receiver that close to the SKIP, that room is short only briefly. A
      * burst that outruns the receiver leaves it far behind, and then
      * uses the whole ring as before, paying one read of head per SHM_HOT
-     * bytes, or per record from SHM_LOOK_LONG bytes on. */
-    if (!wrap && off >= SHM_HOT && (t >= o->hot_check || bytes >= SHM_LOOK_LONG)) {
+     * bytes, or per record from SHM_LOOK_LONG bytes on. While the last
+     * look found the receiver done with everything (a ping-pong), a
+     * record of SHM_NEAR_MIN bytes or more looks from SHM_NEAR on. */
+    bool near = o->caught_up && bytes >= SHM_NEAR_MIN && bytes <= SHM_NEAR_MAX;
+    bool look = !wrap && (near ? off >= SHM_NEAR
+                               : off >= SHM_HOT && (t >= o->hot_check || bytes >= SHM_LOOK_LONG));
+    if (look) {
         o->hot_check = (t | (SHM_HOT - 1)) + 1;
         o->seen_head = head_read(o, at->g);
         uint64_t lag = t - o->seen_head;
         wrap = lag <= SHM_HOT / 2 && lag + need <= off;
+        o->caught_up = lag == 0;
     }
     size_t span = wrap ? to_end + need : need;
     if (t + span - o->seen_head > be->ring_bytes) {
@@ -1452,6 +1479,7 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
 
 size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
+size_t srv_shm_test_near_bytes(void) { return SHM_NEAR; }
 
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
 {

@@ -30,9 +30,11 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add);
 /* shm: bytes of record space per ring. */
 size_t srv_shm_test_ring_bytes(struct srv_backend *be);
 /* shm: the bytes at the start of a ring that an emptied ring starts over
- * in (a ping-pong stays there), and the tail (bytes written so far) of our
- * ring at `peer`. */
+ * in (a ping-pong stays there), the smaller part it starts over in once a
+ * look found it empty, and the tail (bytes written so far) of our ring at
+ * `peer`. */
 size_t srv_shm_test_hot_bytes(void);
+size_t srv_shm_test_near_bytes(void);
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);
 /* shm: the ring position up to which the sender to `peer` asked for the
  * ring's lines ahead of its tail, and (in *seen_head) the receiver's head

@@ -583,6 +583,65 @@ START_TEST(test_shm_pingpong_stays_hot)
 }
 END_TEST
 
+/* Once a look found the ring empty, a ping-pong of long records starts
+ * over at each SHM_NEAR bytes, not SHM_HOT: its records then stay in the
+ * first-level cache (shm.c). Messages of 2, 4 and 8 KiB, each a
+ * lap and a quarter of the ring, every byte checked; past the first
+ * SHM_HOT bytes (where the first look is) the writes reach no further
+ * than SHM_NEAR and one record. With the look at SHM_HOT only, they reach
+ * SHM_HOT and the check fails. */
+START_TEST(test_shm_pingpong_stays_near)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes(),
+           near = srv_shm_test_near_bytes();
+    ck_assert_uint_lt(near, hot);
+    static const size_t sizes[] = {2048, 4096, 8192};
+    enum { HDR = 32 };
+    unsigned char hdr[HDR] = {0}, *body = malloc(8192);
+    ck_assert_ptr_nonnull(body);
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t len = sizes[z], far = 0, span = 0;
+        uint64_t start = srv_shm_test_tail(be, 0);
+        uint32_t records = (uint32_t)(5 * ring / 4 / (len + 64));
+        for (uint32_t i = 0; i < records; i++) {
+            memcpy(hdr, &i, sizeof i);
+            memset(body, (int)(i & 0xff), len);
+            uint64_t before = srv_shm_test_tail(be, 0);
+            ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
+            uint64_t after = srv_shm_test_tail(be, 0);
+            size_t off = (size_t)(after % ring);
+            if (before - start >= 2 * hot && off > far)
+                far = off;
+            if (off && (span == 0 || off < span))
+                span = off; /* where a record at the start of the ring ends */
+            struct srv_cqe ev[1];
+            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+            ck_assert_uint_eq(ev[0].len, HDR + len);
+            uint32_t seq;
+            memcpy(&seq, ev[0].data, sizeof seq);
+            ck_assert_uint_eq(seq, i);
+            size_t bad = len;
+            for (size_t k = 0; k < len && bad == len; k++)
+                if (ev[0].data[HDR + k] != (i & 0xff))
+                    bad = k;
+            ck_assert_msg(bad == len, "%zu-byte message %u: byte %zu is wrong", len, i, bad);
+            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+            if (ops->release)
+                ops->release(be);
+        }
+        ck_assert_uint_gt(span, 0);
+        ck_assert_msg(far <= near + span,
+                      "a ping-pong of %zu-byte messages wrote up to byte %zu of a %zu-byte ring "
+                      "(near part %zu bytes, records of %zu)", len, far, ring, near, span);
+    }
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
+    free(body);
+    down();
+}
+END_TEST
+
 /* A rendezvous ping-pong starts over too: each message is a short record
  * (the RTS), CHUNKs of 64 KiB written back to back, then the IMM, and
  * the next message comes once all of it was read. The check at each
@@ -1109,6 +1168,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
     tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
+    tcase_add_test(shm, test_shm_pingpong_stays_near);
     tcase_add_test(shm, test_shm_rendezvous_pingpong_stays_hot);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
