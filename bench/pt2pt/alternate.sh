@@ -89,7 +89,7 @@ for ((r = 1; r <= rounds; r++)); do
     done
     echo "alternate.sh: round $r of $rounds done" >&2
 done
-python3 - "$raw" "${envs[*]}" <<'PY'
+python3 - "$raw" "$([ $third = 1 ] && echo "${envs[*]}")" <<'PY'
 import collections, statistics, sys
 d = collections.defaultdict(list)
 for line in open(sys.argv[1]):
@@ -100,10 +100,11 @@ for bench in ("latency", "bandwidth"):
         if not any(k[0] == bench and k[1] == t for k in d):
             continue
         unit = "us" if bench == "latency" else "MB/s"
-        print(f"\n{bench} ({unit}), --threads {t}; after+env: {sys.argv[2]}")
-        print(f"{'size':>9} {'before':>10} {'after':>10} {'after+env':>10} {'after/before':>13}")
+        variants = ("before", "after", "after+env") if sys.argv[2] else ("before", "after")
+        print(f"\n{bench} ({unit}), --threads {t}" + (f"; after+env: {sys.argv[2]}" if sys.argv[2] else ""))
+        print(f"{'size':>9} " + " ".join(f"{v:>10}" for v in variants) + f" {'after/before':>13}")
         for size in sorted({k[3] for k in d if k[0] == bench and k[1] == t}):
-            m = [d.get((bench, t, v, size), []) for v in ("before", "after", "after+env")]
+            m = [d.get((bench, t, v, size), []) for v in variants]
             med = [f"{statistics.median(x):10.2f}" if x else f"{'-':>10}" for x in m]
             pr = [a / b for a, b in zip(m[1], m[0]) if b]
             print(f"{size:>9} {' '.join(med)} {statistics.median(pr):13.3f}" if pr else f"{size:>9} {' '.join(med)}")
