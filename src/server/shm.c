@@ -150,12 +150,12 @@
 #define SHM_HOT ((size_t)64 << 10)
 /* The part of a ring a ping-pong of long records cycles through once a
  * look found the receiver done with all it was sent (rec_begin). Why not
- * SHM_HOT: a
- * core's first-level cache holds both rings' hot parts and the messages'
- * buffers only if each ring's is a few KiB; past it, every record's lines
- * come from further out on both sides (4 KiB messages took a third longer
- * each way when they cycled through 16 KiB of ring than through 8:
- * docs/perf/pt2pt.md). A look costs a read of head, one line from the
+ * SHM_HOT: a core's first-level cache holds both rings' hot parts and the
+ * messages' buffers only if each ring's is a few KiB; past it, every
+ * record's lines come from further out on both sides, and each way of a
+ * ping-pong of 4 or 8 KiB messages takes longer the more ring it cycles
+ * through (docs/perf/pt2pt.md, "A ping-pong's records kept in the
+ * first-level cache"). A look costs a read of head, one line from the
  * receiver, and a start-over a SKIP, which both pay only once per
  * SHM_NEAR bytes. */
 #define SHM_NEAR ((size_t)8 << 10)
