@@ -1,5 +1,5 @@
 #!/bin/bash
-# The loop that took latency-8K-copy-ways.txt (2026-11-29, 02:40 UTC,
+# The loop that took latency-8K-copy-ways.txt (2026-11-29, 02:16 UTC,
 # 0c342de), run from the repository's root as `paired-copy-ways.sh 12`:
 # MPIv's 8 KiB latency with the copy way chosen (auto), fixed whole, fixed
 # in pieces (MPIV_SHM_COPY), and MPICH's, one `-T 0.1` run each a row.

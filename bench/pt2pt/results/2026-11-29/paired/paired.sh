@@ -1,5 +1,5 @@
 #!/bin/bash
-# The loop that took latency-*.txt (2026-11-29, 02:15-02:50 UTC, 0c342de),
+# The loop that took latency-*.txt (2026-11-29, 02:13-02:17 UTC, 0c342de),
 # run from the repository's root as `SZ=1M paired.sh 25`. Each row: a phase
 # probe, MPIv (rings), MPIv with MPIV_SHM_CMA=on, MPICH, Open MPI, a probe;
 # one `pt2pt_latency -m SZ:SZ -T 0.1` each. The number after MPIv's time
