@@ -37,6 +37,20 @@
 # within a slice; bench/pt2pt/phased.sh keeps each phase's runs apart for
 # before/after comparisons.
 #
+# Episodes: a slice whose probe before or after reads more than F times
+# the median of the run's probes so far (--episode-factor, default 3) ran
+# in an episode: seconds in which a shared or virtual machine runs
+# everything several times slower (docs/perf/pt2pt.md, "Table
+# 2026-11-29"). Such a slice is run again, up to --episode-retries times
+# (default 2; 0 keeps every run), whatever the implementation, each time
+# once a probe a second has read under that bound again (at most
+# --episode-wait seconds, default 60: episodes last seconds to a minute).
+# The discarded output stays in the raw file as comments,
+# OUT/raw/episodes.txt lists the reruns, and the report lists them. A
+# slice still in an episode after its retries is kept. The bound follows
+# the run's median, so a run that starts inside a long episode judges its
+# first slices against the episode itself.
+#
 # Pinning (--bind core, the default): every rank owns exactly one of the
 # machine's cores under all three implementations.
 #   MPICH:    mpiexec.mpich -bind-to core          rank r on core r
@@ -64,6 +78,8 @@
 #          [--rounds N]      (N runs of each, medians; default 1)
 #          [--no-interleave] (each benchmark whole per implementation)
 #          [--gated]         (multi-threaded tests: the start/stop-gate timing)
+#          [--episode-retries N] [--episode-factor F] [--episode-wait S]
+#                            (see Episodes above)
 #          [--report-only]   (tables and plot again from OUT/raw, no runs)
 set -u -o pipefail
 
@@ -83,8 +99,11 @@ report_only=0
 gated=0
 rounds=""
 interleave=1
+episode_retries=2
+episode_factor=3
+episode_wait=60
 
-usage() { sed -n '2,56p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -u/{/^set -u/d;p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) quick=1 ;;
@@ -99,6 +118,9 @@ while [ $# -gt 0 ]; do
     --gated) gated=1 ;;
     --rounds) rounds=$2; shift ;;
     --no-interleave) interleave=0 ;;
+    --episode-retries) episode_retries=${2:-}; shift ;;
+    --episode-factor) episode_factor=${2:-}; shift ;;
+    --episode-wait) episode_wait=${2:-}; shift ;;
     --report-only) report_only=1; do_build=0 ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown option $1" >&2; usage ;;
@@ -107,6 +129,10 @@ while [ $# -gt 0 ]; do
 done
 case "$bind" in core|none) ;; *) echo "run.sh: --bind core|none" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) [ -z "$rounds" ] || { echo "run.sh: --rounds takes a count >= 1" >&2; exit 2; } ;; esac
+case "$episode_retries" in ''|*[!0-9]*) echo "run.sh: --episode-retries takes a count >= 0" >&2; exit 2 ;; esac
+case "$episode_wait" in ''|*[!0-9]*) echo "run.sh: --episode-wait takes seconds >= 0" >&2; exit 2 ;; esac
+awk -v f="$episode_factor" 'BEGIN { exit !(f ~ /^[0-9]+([.][0-9]+)?$/ && f + 0 > 1) }' ||
+    { echo "run.sh: --episode-factor takes a number > 1" >&2; exit 2; }
 [ -n "$out" ] || out="$build/bench/pt2pt/results"
 [ -n "$timeout_s" ] || { [ $quick = 1 ] && timeout_s=300 || timeout_s=1200; }
 mkdir -p "$out/raw" "$out/dat"
@@ -159,8 +185,10 @@ if [ $report_only = 0 ]; then
         echo "Git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet HEAD -- src include 2>/dev/null || echo ' (+ uncommitted changes in src/)')"
         echo "Rounds: $rounds"
         echo "Interleave: $([ $interleave = 1 ] && echo slices || echo off)"
+        echo "Episodes: retries $episode_retries, wait $episode_wait s, factor $episode_factor"
     } >"$out/raw/meta.txt"
     : >"$out/raw/probes.txt"
+    : >"$out/raw/episodes.txt"
 fi
 
 # ------------------------------------------------------------------ run ---
@@ -190,6 +218,21 @@ probe() {
     v=$("$bin/pt2pt_ring_copy" 1024 56 100000 2>/dev/null | sed -n 's/.*: \([0-9.]*\) ns a record.*/\1/p')
     echo "${v:-n/a}"
 }
+
+# Every probe of the run (numbers only), for the episode rule.
+probe_log=()
+# episode BEFORE AFTER: whether either probe reads more than
+# episode_factor times the median of probe_log (which needs 5 probes
+# before it says anything); prints that median either way.
+episode() {
+    local med
+    med=$(printf '%s\n' "${probe_log[@]}" | sort -g |
+          awk '{ v[NR] = $1 } END { if (NR >= 5) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    echo "${med:-n/a}"
+    [ -n "$med" ] && awk -v a="$1" -v b="$2" -v m="$med" -v f="$episode_factor" \
+        'BEGIN { exit !((a ~ /^[0-9.]+$/ && a > f * m) || (b ~ /^[0-9.]+$/ && b > f * m)) }'
+}
+log_probe() { local v; for v in "$@"; do [[ $v =~ ^[0-9.]+$ ]] && probe_log+=("$v"); done; return 0; }
 
 args=()
 [ $quick = 1 ] && args+=(--quick)
@@ -237,20 +280,45 @@ for b in "${bench_list[@]}"; do
             continue
         fi
         cmd="$(launch "$impl") $x ${bargs[*]}${slice:+ $slice}"
-        # the machine's phase just before this slice and just after it
-        # (n/a: no probe built)
-        pr=$(probe)
         sl=${slice:-whole}
+        tmp="$out/raw/slice.tmp"
+        # the machine's phase just before this slice and just after it
+        # (n/a: no probe built); rerun while that was an episode
+        for ((try = 0; ; try++)); do
+            pr=$(probe)
+            say "== $b / $impl (probe $pr ns): $cmd"
+            start=$(date +%s)
+            # shellcheck disable=SC2086
+            $cmd >"$tmp" 2>>"$raw.err" </dev/null
+            rc=$?
+            pa=$(probe)
+            say "   $(( $(date +%s) - start )) s, exit status $rc (probe after: $pa ns)"
+            med=$(episode "$pr" "$pa"); ep=$?
+            log_probe "$pr" "$pa"
+            [ $ep -eq 0 ] && [ $rc -eq 0 ] || break
+            if [ "$try" -ge "$episode_retries" ]; then
+                echo "$b r$round ${sl// /_} $impl $pr $pa $med kept" >>"$out/raw/episodes.txt"
+                break
+            fi
+            echo "$b r$round ${sl// /_} $impl $pr $pa $med rerun" >>"$out/raw/episodes.txt"
+            {
+                echo "# discarded, an episode (probes $pr / $pa ns, the run's median $med ns):"
+                sed 's/^/# | /' "$tmp"
+            } >>"$raw"
+            say "   an episode (the run's median probe: $med ns): the slice again, $((try + 1)) of $episode_retries, once a probe reads under ${episode_factor}x that"
+            # wait for the episode to pass (these probes stay out of the
+            # median: they are taken while the machine is known to be off)
+            for ((w = 0; w < episode_wait; w++)); do
+                sleep 1
+                pw=$(probe)
+                awk -v a="$pw" -v m="$med" -v f="$episode_factor" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && a <= f * m) }' && break
+            done
+        done
         echo "# phase probe: $pr ns per 1 KiB record" >>"$raw"
-        say "== $b / $impl (probe $pr ns): $cmd"
-        start=$(date +%s)
-        # shellcheck disable=SC2086
-        $cmd >>"$raw" 2>>"$raw.err" </dev/null
-        rc=$?
-        pa=$(probe)
+        cat "$tmp" >>"$raw"
+        rm -f "$tmp"
         echo "$b r$round ${sl// /_} $impl $pr $pa" >>"$out/raw/probes.txt"
         echo "# phase probe after: $pa ns per 1 KiB record" >>"$raw"
-        say "   $(( $(date +%s) - start )) s, exit status $rc (probe after: $pa ns)"
         if [ $rc -ne 0 ]; then
             st="failed ($rc)"
             tail -5 "$raw.err" | sed 's/^/   | /' >&2
@@ -399,6 +467,15 @@ phases() {
             } }
         if (!off) print "- every slice ran its implementations within 1.5× of each other"
     }' "$out/raw/probes.txt"
+    # the slices run again for an episode (see the header)
+    local ef
+    ef=$(sed -n 's/^Episodes: .*factor //p' "$out/raw/meta.txt")
+    if [ -s "$out/raw/episodes.txt" ]; then
+        echo "- slices in an episode (a probe over ${ef:-?}× the run's median): run again (output discarded, kept in the raw files as comments), or kept when out of retries:"
+        awk '{ gsub("_", " ", $3); printf "  - %s, round %s, `%s`, %s: probes %s / %s ns, median %s ns: %s\n", $1, substr($2, 2), $3, $4, $5, $6, $7, $8 == "kept" ? "**kept** (no retries left)" : "run again" }' "$out/raw/episodes.txt"
+    elif [ -f "$out/raw/episodes.txt" ]; then
+        echo "- no slice ran in an episode (no probe over ${ef:-?}× the run's median)"
+    fi
 }
 
 md="$out/pt2pt.md"
