@@ -219,18 +219,40 @@ probe() {
     echo "${v:-n/a}"
 }
 
+# median_rows: rows "x v1 v2 ..." (one per round) -> one row per x, in the
+# order of first appearance, each column the median of its values (the
+# mean of the middle two for an even count). Plain awk (no asort).
+median_rows() {
+    awk '{ if (!($1 in n)) { xs[++nx] = $1; n[$1] = 0; w[$1] = NF }
+           k = ++n[$1]; for (c = 2; c <= NF; c++) v[$1, c, k] = $c }
+         END {
+           for (i = 1; i <= nx; i++) {
+               x = xs[i]; m = n[x]; line = x
+               for (c = 2; c <= w[x]; c++) {
+                   for (a = 1; a <= m; a++) t[a] = v[x, c, a] + 0
+                   for (a = 2; a <= m; a++) { y = t[a]; for (b = a - 1; b >= 1 && t[b] > y; b--) t[b + 1] = t[b]; t[b + 1] = y }
+                   med = m % 2 ? t[(m + 1) / 2] : (t[m / 2] + t[m / 2 + 1]) / 2
+                   line = line " " med
+               }
+               print line
+           }
+         }'
+}
 # Every probe of the run (numbers only), for the episode rule.
 probe_log=()
-# episode BEFORE AFTER: whether either probe reads more than
-# episode_factor times the median of probe_log (which needs 5 probes
-# before it says anything); prints that median either way.
+# over_bound PROBE MEDIAN: whether PROBE is a number above episode_factor
+# times MEDIAN.
+over_bound() {
+    awk -v a="$1" -v m="$2" -v f="$episode_factor" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && a > f * m) }'
+}
+# episode BEFORE AFTER: whether either probe is over the bound of the
+# median of probe_log (which needs 5 probes before it says anything);
+# prints that median either way.
 episode() {
-    local med
-    med=$(printf '%s\n' "${probe_log[@]}" | sort -g |
-          awk '{ v[NR] = $1 } END { if (NR >= 5) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    local med=""
+    [ ${#probe_log[@]} -ge 5 ] && med=$(printf 'p %s\n' "${probe_log[@]}" | median_rows | cut -d' ' -f2)
     echo "${med:-n/a}"
-    [ -n "$med" ] && awk -v a="$1" -v b="$2" -v m="$med" -v f="$episode_factor" \
-        'BEGIN { exit !((a ~ /^[0-9.]+$/ && a > f * m) || (b ~ /^[0-9.]+$/ && b > f * m)) }'
+    [ -n "$med" ] && { over_bound "$1" "$med" || over_bound "$2" "$med"; }
 }
 log_probe() { local v; for v in "$@"; do [[ $v =~ ^[0-9.]+$ ]] && probe_log+=("$v"); done; return 0; }
 
@@ -311,7 +333,7 @@ for b in "${bench_list[@]}"; do
             for ((w = 0; w < episode_wait; w++)); do
                 sleep 1
                 pw=$(probe)
-                awk -v a="$pw" -v m="$med" -v f="$episode_factor" 'BEGIN { exit !(a ~ /^[0-9.]+$/ && a <= f * m) }' && break
+                [[ $pw =~ ^[0-9.]+$ ]] && ! over_bound "$pw" "$med" && break
             done
         done
         echo "# phase probe: $pr ns per 1 KiB record" >>"$raw"
@@ -338,25 +360,6 @@ done
 [ $report_only = 1 ] || echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC')" >>"$out/raw/meta.txt"
 
 # ------------------------------------------------------------ results ---
-# median_rows: rows "x v1 v2 ..." (one per round) -> one row per x, in the
-# order of first appearance, each column the median of its values (the
-# mean of the middle two for an even count). Plain awk (no asort).
-median_rows() {
-    awk '{ if (!($1 in n)) { xs[++nx] = $1; n[$1] = 0; w[$1] = NF }
-           k = ++n[$1]; for (c = 2; c <= NF; c++) v[$1, c, k] = $c }
-         END {
-           for (i = 1; i <= nx; i++) {
-               x = xs[i]; m = n[x]; line = x
-               for (c = 2; c <= w[x]; c++) {
-                   for (a = 1; a <= m; a++) t[a] = v[x, c, a] + 0
-                   for (a = 2; a <= m; a++) { y = t[a]; for (b = a - 1; b >= 1 && t[b] > y; b--) t[b + 1] = t[b]; t[b + 1] = y }
-                   med = m % 2 ? t[(m + 1) / 2] : (t[m / 2] + t[m / 2 + 1]) / 2
-                   line = line " " med
-               }
-               print line
-           }
-         }'
-}
 # rounds B IMPL: every round's output of B under IMPL, concatenated
 rounds_of() { local f; for f in $(raw_files "$1" "$2"); do [ -f "$f" ] && cat "$f"; done; }
 
