@@ -44,7 +44,8 @@
 # 2026-11-29"). Such a slice is run again, up to --episode-retries times
 # (default 2; 0 keeps every run), whatever the implementation, each time
 # once a probe a second has read under that bound again (at most
-# --episode-wait seconds, default 60: episodes last seconds to a minute).
+# --episode-wait seconds, default 60, which outlasts the episodes that
+# docs/perf/pt2pt.md describes).
 # The discarded output stays in the raw file as comments,
 # OUT/raw/episodes.txt lists the reruns, and the report lists them. A
 # slice still in an episode after its retries is kept. The bound follows
