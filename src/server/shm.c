@@ -726,6 +726,29 @@ static inline uint64_t head_read(struct shm_out *o, struct shm_ring *g)
     return atomic_load_explicit(&g->head, memory_order_acquire);
 }
 
+/* Asks now for the lines the next records of o's ring will take, from
+ * `end` (the tail once the record being written is published), for
+ * writing. Each record's lines come from the receiver's core, which read
+ * them a lap ago; a short record's copy stalls on them one or two at a
+ * time, and its stores fill the store buffer while they come. Asked for
+ * SHM_AHEAD_LINES ahead, their transfers overlap the copies before them:
+ * each line once, as the tail comes within reach of it. Only lines the
+ * receiver is known to be done with (below seen_head + the ring), so
+ * that none is taken from a receiver still to read it. A prefetch is only
+ * a hint: one the ring's next wrap makes useless costs nothing but
+ * itself. o's lock held. */
+static inline void rec_ahead(struct srv_backend *be, struct shm_out *o, uint64_t end)
+{
+    uint64_t from = o->ahead > end ? o->ahead : end;
+    uint64_t to = end + SHM_AHEAD_LINES * 64;
+    if (to > o->seen_head + be->ring_bytes)
+        to = o->seen_head + be->ring_bytes;
+    for (uint64_t p = from; p < to; p += 64)
+        __builtin_prefetch(o->ring->bytes + (p & (be->ring_bytes - 1)), 1);
+    if (to > from)
+        o->ahead = to;
+}
+
 /* Room for a record of len payload bytes in our ring at `peer`: returns
  * where to write it and fills in *at (with a SKIP record written and
  * stamped first if it would not fit before the end of the ring), or NULL
@@ -784,30 +807,12 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
         at->pos = t + to_end;
     }
     at->end = t + span;
-    /* Ask now for the lines the next records will take, for writing. Each
-     * record's lines come from the receiver's core, which read them a lap
-     * ago; a short record's copy stalls on them one or two at a time, and
-     * its stores fill the store buffer while they come. Asked for
-     * SHM_AHEAD_LINES ahead, their transfers overlap the copies before
-     * them: each line once, as the tail comes within reach of it. Only
-     * lines the receiver is known to be done with (below seen_head + the
-     * ring), so that none is taken from a receiver still to read it. A
-     * long record's copy keeps enough transfers in flight by itself, and
-     * more requests only compete with it: none after one (after one of
-     * 17 lines, asking ahead took back what the gap gives; docs/perf/
-     * pt2pt.md has the measurements). A prefetch is only a
-     * hint: one the ring's next wrap makes useless costs nothing but
-     * itself. */
-    if (bytes <= SHM_AHEAD_MAX_REC) {
-        uint64_t from = o->ahead > at->end ? o->ahead : at->end;
-        uint64_t to = at->end + SHM_AHEAD_LINES * 64;
-        if (to > o->seen_head + be->ring_bytes)
-            to = o->seen_head + be->ring_bytes;
-        for (uint64_t p = from; p < to; p += 64)
-            __builtin_prefetch(at->g->bytes + (p & (be->ring_bytes - 1)), 1);
-        if (to > from)
-            o->ahead = to;
-    }
+    /* A long record's copy keeps enough transfers in flight by itself,
+     * and more requests only compete with it: none after one (after one
+     * of 17 lines, asking ahead took back what the gap gives; docs/perf/
+     * pt2pt.md has the measurements). */
+    if (bytes <= SHM_AHEAD_MAX_REC)
+        rec_ahead(be, o, at->end);
     return (struct shm_rec *)(at->g->bytes + off);
 }
 
@@ -941,6 +946,62 @@ static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
     return SRV_DONE; /* the data left with the call: p is free */
 }
 
+/* Payload bytes of a record of one line. */
+#define SHM_LINE_DATA (64 - REC_HDR)
+
+/* Copies n <= SHM_LINE_DATA bytes without a call: a few loads and stores
+ * that may overlap, none outside [src, src + n). */
+static inline void copy_small(unsigned char *dst, const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    if (n >= 8) {
+        for (size_t i = 0; i + 8 < n; i += 8)
+            memcpy(dst + i, s + i, 8);
+        memcpy(dst + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(dst, s, 4);
+        memcpy(dst + n - 4, s + n - 4, 4);
+    } else if (n) {
+        dst[0] = s[0];
+        dst[n / 2] = s[n / 2];
+        dst[n - 1] = s[n - 1];
+    }
+}
+
+/* A MSG record of one line (hlen + len <= SHM_LINE_DATA: an eager message
+ * of up to 8 bytes) where rec_begin would do nothing but take the next
+ * line: no start-over to look for (that look comes once per SHM_HOT
+ * bytes), and room known from seen_head. What rec_begin, rec_put_msg and
+ * rec_publish do for such a record, with none of their cases (a record of
+ * one line never wraps, has no trailer and no gap): the general path took
+ * about twice the instructions (docs/perf/pt2pt.md, "One line, one
+ * path"). false: nothing written, take the general path. o's lock held. */
+static inline bool line_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
+                            size_t hlen, const void *payload, size_t len)
+{
+    uint64_t t = o->tail;
+    size_t off = (size_t)(t & (be->ring_bytes - 1));
+    if ((off >= SHM_HOT && t >= o->hot_check) || t + 64 - o->seen_head > be->ring_bytes)
+        return false;
+    struct shm_rec *r = (struct shm_rec *)(o->ring->bytes + off);
+    r->kind = REC_MSG;
+    r->len = (uint32_t)(hlen + len);
+    r->lines = 1;
+    if (util_likely(hlen == UTIL_PACKET_HEADER_BYTES))
+        memcpy(r->data, hdr, UTIL_PACKET_HEADER_BYTES); /* a constant size: two stores */
+    else
+        copy_small(r->data, hdr, hlen);
+    copy_small(r->data + hlen, payload, len);
+    uint64_t end = t + 64;
+    /* release: the record's contents before its stamp, the stamp before
+     * the tail (R3) */
+    atomic_store_explicit(&r->stamp, t ^ o->key, memory_order_release);
+    atomic_store_explicit(&o->ring->tail, end, memory_order_release);
+    o->tail = end;
+    rec_ahead(be, o, end);
+    return true;
+}
+
 /* The eager fast path: hdr and payload straight into one MSG record. */
 static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, size_t hlen,
                            const void *payload, size_t len)
@@ -949,8 +1010,13 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     if (total > be->inline_max || total < hlen)
         return util_err(MPIV_ERR_ARG, "shm: an inline send of %zu bytes (at most %zu)", total,
                         be->inline_max);
+    struct shm_out *o = &be->out[peer];
+    util_bias_lock(&o->lock);
+    if (total <= SHM_LINE_DATA && line_put(be, o, hdr, hlen, payload, len)) {
+        util_bias_unlock(&o->lock);
+        return SRV_DONE;
+    }
     struct rec_spot at;
-    util_bias_lock(&be->out[peer].lock);
     struct shm_rec *r = rec_begin(be, peer, total, &at);
     if (!r) {
         util_bias_unlock(&be->out[peer].lock);

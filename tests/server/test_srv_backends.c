@@ -420,6 +420,17 @@ START_TEST(test_shm_two_threads)
 }
 END_TEST
 
+/* The same with payloads of 0 to 8 bytes only: every record one line,
+ * written by the sender's line_put, whose stamp (R3) must follow its
+ * bytes as rec_publish's does. */
+START_TEST(test_shm_two_threads_lines)
+{
+    up(&srv_shm_ops);
+    two_threads_run(2 * STAMP_RECORDS, 9);
+    down();
+}
+END_TEST
+
 /* The two ways a long payload is copied in (src/server/shm_copy.h), each
  * fixed with MPIV_SHM_COPY, and the choice between them (auto), with
  * records of up to 20 KB from a second thread (one piece, several, a last
@@ -508,19 +519,21 @@ START_TEST(test_shm_copy_rule)
 }
 END_TEST
 
-/* Sends `rounds` windows of `window` records to ourselves, polling each
- * window back before the next one, checks every record, and returns the
- * farthest ring offset the writes reached. */
-static size_t stream_windows(int window, uint32_t records)
+/* Sends windows of `window` records (`records` in all, payloads of
+ * (i * 53) % max_len bytes) to ourselves, polling each window back before
+ * the next one, checks every record, and returns the farthest ring offset
+ * the writes reached. */
+static size_t stream_windows_of(int window, uint32_t records, size_t max_len)
 {
     size_t ring = srv_shm_test_ring_bytes(be);
     unsigned char hdr[32], body[200];
+    ck_assert_uint_le(max_len, sizeof body);
     struct srv_cqe ev[8];
     size_t far = 0;
     for (uint32_t i = 0; i < records;) {
         uint32_t first = i;
         for (int w = 0; w < window && i < records; w++, i++) {
-            size_t len = (i * 53u) % sizeof body;
+            size_t len = (i * 53u) % max_len;
             memset(hdr, 0, sizeof hdr);
             memcpy(hdr, &i, sizeof i);
             memset(body, (int)(i & 0xff), len);
@@ -535,7 +548,7 @@ static size_t stream_windows(int window, uint32_t records)
             if (n == 0)
                 continue;
             ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
-            size_t len = (want * 53u) % sizeof body;
+            size_t len = (want * 53u) % max_len;
             ck_assert_uint_eq(ev[0].len, 32 + len);
             uint32_t seq;
             memcpy(&seq, ev[0].data, sizeof seq);
@@ -565,20 +578,93 @@ static size_t stream_windows(int window, uint32_t records)
  * not keep the writes sweeping the whole ring either. With the early
  * start-over removed (or, for the window, limited to an empty ring), the
  * writes reach far past the hot part and the offset check fails. */
+/* Payloads of up to 199 bytes (one to four lines), and of up to 8 (one
+ * line each: the sender's line_put, which must leave the look to
+ * rec_begin), both for each window. */
 START_TEST(test_shm_pingpong_stays_hot)
 {
     up(&srv_shm_ops);
     size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes();
     ck_assert_uint_gt(ring, hot); /* else there is nothing to stay in */
     static const int windows[] = {1, 64};
-    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
-        /* a lap and a quarter: without the early start-over the writes
-         * reach the end of the ring within the first lap */
-        size_t far = stream_windows(windows[w], (uint32_t)(5 * ring / 4 / 256));
-        ck_assert_msg(far <= hot + 256 + 64,
-                      "a window of %d wrote up to byte %zu of a %zu-byte ring (the hot part "
-                      "is %zu bytes)", windows[w], far, ring, hot);
+    static const size_t max_lens[] = {200, 9};
+    for (size_t m = 0; m < sizeof max_lens / sizeof max_lens[0]; m++)
+        for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+            /* a lap and a quarter: without the early start-over the writes
+             * reach the end of the ring within the first lap */
+            uint32_t per = max_lens[m] > 9 ? 256 : 64;
+            size_t far = stream_windows_of(windows[w], (uint32_t)(5 * ring / 4 / per), max_lens[m]);
+            ck_assert_msg(far <= hot + 256 + 64,
+                          "a window of %d (payloads under %zu bytes) wrote up to byte %zu of a "
+                          "%zu-byte ring (the hot part is %zu bytes)",
+                          windows[w], max_lens[m], far, ring, hot);
+        }
+    down();
+}
+END_TEST
+
+/* Records of one line (header and payload of 40 bytes or fewer: the
+ * sender's line_put) around the ring four times, filled until it is full
+ * and then drained, with every header length from 0 to 40 and every
+ * payload length that still fits the line (0 to 3 bytes, 4 to 7 and 8 or
+ * more take different copies), every byte checked: a copy that writes a
+ * byte short, or one too far (into the next record's header), shows up
+ * as a wrong byte or a dropped record. */
+START_TEST(test_shm_line_records)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be);
+    enum { LINE_DATA = 40 };
+    unsigned char hdr[LINE_DATA], body[LINE_DATA];
+    uint32_t sent = 0, got = 0, fulls = 0;
+    uint64_t records = 4 * (uint64_t)ring / 64;
+    struct srv_cqe ev[16];
+#define LINE_HLEN(i) ((size_t)(i) % (LINE_DATA + 1))
+#define LINE_LEN(i) ((size_t)((i) / (LINE_DATA + 1)) % (LINE_DATA + 1 - LINE_HLEN(i)))
+    while (got < records) {
+        for (;;) { /* fill */
+            size_t hlen = LINE_HLEN(sent), len = LINE_LEN(sent);
+            for (size_t k = 0; k < hlen; k++)
+                hdr[k] = (unsigned char)(sent * 3u + k);
+            for (size_t k = 0; k < len; k++)
+                body[k] = (unsigned char)(sent * 5u + 100u + k);
+            int rc = ops->send_inline(be, 0, hdr, hlen, body, len);
+            if (rc == SRV_AGAIN) {
+                fulls++;
+                break;
+            }
+            ck_assert_int_eq(rc, SRV_DONE);
+            sent++;
+        }
+        while (got < sent) { /* drain */
+            int n = ops->poll(be, ev, 16);
+            ck_assert_int_ge(n, 0);
+            for (int i = 0; i < n; i++) {
+                size_t hlen = LINE_HLEN(got), len = LINE_LEN(got), bad = hlen + len;
+                ck_assert_int_eq(ev[i].kind, SRV_CQE_RECV);
+                ck_assert_uint_eq(ev[i].len, hlen + len);
+                for (size_t k = 0; k < hlen + len && bad == hlen + len; k++) {
+                    unsigned char want = k < hlen ? (unsigned char)(got * 3u + k)
+                                                  : (unsigned char)(got * 5u + 100u + (k - hlen));
+                    if (ev[i].data[k] != want)
+                        bad = k;
+                }
+                ck_assert_msg(bad == hlen + len,
+                              "record %u (%zu + %zu bytes): byte %zu is wrong", got, hlen, len,
+                              bad);
+                ck_assert_int_eq(ops->post_recv(be, ev[i].p), MPIV_SUCCESS);
+                got++;
+            }
+            if (ops->release)
+                ops->release(be);
+        }
     }
+#undef LINE_HLEN
+#undef LINE_LEN
+    /* each fill ran until the ring was full */
+    ck_assert_uint_ge(fulls, 4);
+    poll_none(5);
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
     down();
 }
 END_TEST
@@ -1165,6 +1251,8 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_forged_sizes);
     tcase_add_test(shm, test_shm_ring_wrap);
     tcase_add_test(shm, test_shm_two_threads);
+    tcase_add_test(shm, test_shm_two_threads_lines);
+    tcase_add_test(shm, test_shm_line_records);
     tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
     tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
