@@ -202,6 +202,10 @@
  * with no gap after it. */
 #define SHM_AHEAD_LINES 16
 #define SHM_AHEAD_MAX_REC ((size_t)(SHM_GAP_MIN_LINES - 1) * 64)
+/* Payload bytes of the longest record short_put writes: SHM_AHEAD_MAX_REC
+ * (16 lines) less the header and the stamp's copy. */
+#define SHM_SHORT_MAX (SHM_AHEAD_MAX_REC - REC_HDR - REC_TRAILER)
+
 /* Bytes a sender copies into a record with one `rep movsb` instead of
  * memcpy, from this many on (rec_copy). Why: a string copy claims each
  * whole destination line without fetching its old contents, and a ring's
@@ -932,20 +936,6 @@ static int ring_full(struct srv_backend *be, int peer, const char *what)
     return util_err(MPIV_ERR_PEER, "shm: %s to rank %d: the rank is gone", what, peer);
 }
 
-static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
-{
-    struct rec_spot at;
-    util_bias_lock(&be->out[peer].lock);
-    struct shm_rec *r = rec_begin(be, peer, p->len, &at);
-    if (!r) {
-        util_bias_unlock(&be->out[peer].lock);
-        return ring_full(be, peer, "send");
-    }
-    rec_put_msg(&at, r, p->data, p->len, NULL, 0);
-    util_bias_unlock(&be->out[peer].lock);
-    return SRV_DONE; /* the data left with the call: p is free */
-}
-
 /* Payload bytes of a record of one line. */
 #define SHM_LINE_DATA (64 - REC_HDR)
 
@@ -968,22 +958,54 @@ static inline void copy_small(unsigned char *dst, const void *src, size_t n)
     }
 }
 
-/* A MSG record of one line (hlen + len <= SHM_LINE_DATA: an eager message
- * of up to 8 bytes) where rec_begin would do nothing but take the next
- * line: no start-over to look for (that look comes once per SHM_HOT
- * bytes), and room known from seen_head. What rec_begin, rec_put_msg and
- * rec_publish do for such a record, with none of their cases (a record of
- * one line never wraps, has no trailer and no gap): the general path took
- * about twice the instructions (docs/perf/pt2pt.md, "One line, one
- * path"). false: nothing written, take the general path. o's lock held. */
-static inline bool line_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
-                            size_t hlen, const void *payload, size_t len)
+_Static_assert(SHM_AHEAD_MAX_REC < SHM_GAP_MIN_LINES * 64 && SHM_AHEAD_MAX_REC < SHM_NEAR_MIN &&
+                   SHM_AHEAD_MAX_REC < SHM_LOOK_LONG,
+               "a short record has no gap, never looks from SHM_NEAR and never looks long");
+
+/* Publishes a record short_put or line_put wrote at tail t, ending at end:
+ * its stamp, the tail (R3), and asks ahead. o's lock held. */
+static inline void short_publish(struct srv_backend *be, struct shm_out *o, struct shm_rec *r,
+                                 uint64_t t, uint64_t end)
+{
+    /* release: the record's contents before its stamp, the stamp before
+     * the tail (R3) */
+    atomic_store_explicit(&r->stamp, t ^ o->key, memory_order_release);
+    atomic_store_explicit(&o->ring->tail, end, memory_order_release);
+    o->tail = end;
+    rec_ahead(be, o, end);
+}
+
+/* Where rec_begin would do nothing for a short record (SHM_SHORT_MAX
+ * payload bytes or fewer: an eager message of up to 960 bytes) but take
+ * the next `bytes` of ring: no start-over to look for (that look comes once
+ * per SHM_HOT bytes), no wrap, and room known from seen_head. Returns the
+ * record's place, or NULL: take the general path. o's lock held. */
+static inline struct shm_rec *short_begin(struct srv_backend *be, struct shm_out *o, size_t bytes)
 {
     uint64_t t = o->tail;
     size_t off = (size_t)(t & (be->ring_bytes - 1));
-    if ((off >= SHM_HOT && t >= o->hot_check) || t + 64 - o->seen_head > be->ring_bytes)
+    if ((off >= SHM_HOT && t >= o->hot_check) || bytes > be->ring_bytes - off ||
+        t + bytes - o->seen_head > be->ring_bytes)
+        return NULL;
+    return (struct shm_rec *)(o->ring->bytes + off);
+}
+
+/* A MSG record of hdr's hlen bytes and payload's len written where
+ * short_begin allows, without rec_begin's, rec_put_msg's and
+ * rec_publish's other cases (a short record has no gap, and asks ahead),
+ * and the first line's header copied at its constant size: the general
+ * path took up to twice the instructions (docs/perf/pt2pt.md, "One path
+ * for short records"). line_put is the same for a record of one line
+ * (hlen + len <= SHM_LINE_DATA: an eager message of up to 8 bytes), with
+ * nothing to split. short_put writes the first line last, as rec_put_msg
+ * does and for its reason. false: nothing written, take the general
+ * path. o's lock held. */
+static inline bool line_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
+                            size_t hlen, const void *payload, size_t len)
+{
+    struct shm_rec *r = short_begin(be, o, 64);
+    if (!r)
         return false;
-    struct shm_rec *r = (struct shm_rec *)(o->ring->bytes + off);
     r->kind = REC_MSG;
     r->len = (uint32_t)(hlen + len);
     r->lines = 1;
@@ -992,14 +1014,63 @@ static inline bool line_put(struct srv_backend *be, struct shm_out *o, const voi
     else
         copy_small(r->data, hdr, hlen);
     copy_small(r->data + hlen, payload, len);
-    uint64_t end = t + 64;
-    /* release: the record's contents before its stamp, the stamp before
-     * the tail (R3) */
-    atomic_store_explicit(&r->stamp, t ^ o->key, memory_order_release);
-    atomic_store_explicit(&o->ring->tail, end, memory_order_release);
-    o->tail = end;
-    rec_ahead(be, o, end);
+    short_publish(be, o, r, o->tail, o->tail + 64);
     return true;
+}
+
+static inline bool short_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
+                             size_t hlen, const void *payload, size_t len)
+{
+    size_t total = hlen + len, bytes = rec_bytes(total);
+    struct shm_rec *r = short_begin(be, o, bytes);
+    if (!r)
+        return false;
+    uint64_t t = o->tail, stamp = t ^ o->key;
+    put_span(o, r->data, hdr, hlen, payload, SHM_LINE_DATA, total);
+    memcpy((unsigned char *)r + bytes - REC_TRAILER, &stamp, REC_TRAILER);
+    r->kind = REC_MSG;
+    r->len = (uint32_t)total;
+    r->lines = (uint32_t)(bytes / 64);
+    if (util_likely(hlen == UTIL_PACKET_HEADER_BYTES)) {
+        memcpy(r->data, hdr, UTIL_PACKET_HEADER_BYTES); /* a constant size: two stores */
+        copy_small(r->data + UTIL_PACKET_HEADER_BYTES, payload,
+                   SHM_LINE_DATA - UTIL_PACKET_HEADER_BYTES);
+    } else {
+        put_span(o, r->data, hdr, hlen, payload, 0, SHM_LINE_DATA);
+    }
+    short_publish(be, o, r, t, t + bytes);
+    return true;
+}
+
+/* Writes a MSG record of hdr's hlen bytes and payload's len by line_put or
+ * short_put if it is short and may go there; false: take the general path.
+ * o's lock held. */
+static inline bool quick_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
+                             size_t hlen, const void *payload, size_t len)
+{
+    size_t total = hlen + len;
+    if (total <= SHM_LINE_DATA)
+        return line_put(be, o, hdr, hlen, payload, len);
+    return total <= SHM_SHORT_MAX && short_put(be, o, hdr, hlen, payload, len);
+}
+
+static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
+{
+    struct shm_out *o = &be->out[peer];
+    util_bias_lock(&o->lock);
+    if (quick_put(be, o, p->data, p->len, NULL, 0)) {
+        util_bias_unlock(&o->lock);
+        return SRV_DONE; /* the data left with the call: p is free */
+    }
+    struct rec_spot at;
+    struct shm_rec *r = rec_begin(be, peer, p->len, &at);
+    if (!r) {
+        util_bias_unlock(&be->out[peer].lock);
+        return ring_full(be, peer, "send");
+    }
+    rec_put_msg(&at, r, p->data, p->len, NULL, 0);
+    util_bias_unlock(&be->out[peer].lock);
+    return SRV_DONE; /* the data left with the call: p is free */
 }
 
 /* The eager fast path: hdr and payload straight into one MSG record. */
@@ -1012,7 +1083,7 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
                         be->inline_max);
     struct shm_out *o = &be->out[peer];
     util_bias_lock(&o->lock);
-    if (total <= SHM_LINE_DATA && line_put(be, o, hdr, hlen, payload, len)) {
+    if (quick_put(be, o, hdr, hlen, payload, len)) {
         util_bias_unlock(&o->lock);
         return SRV_DONE;
     }

@@ -421,7 +421,7 @@ START_TEST(test_shm_two_threads)
 END_TEST
 
 /* The same with payloads of 0 to 8 bytes only: every record one line,
- * written by the sender's line_put, whose stamp (R3) must follow its
+ * written by the sender's short_put, whose stamp (R3) must follow its
  * bytes as rec_publish's does. */
 START_TEST(test_shm_two_threads_lines)
 {
@@ -579,8 +579,8 @@ static size_t stream_windows_of(int window, uint32_t records, size_t max_len)
  * start-over removed (or, for the window, limited to an empty ring), the
  * writes reach far past the hot part and the offset check fails. */
 /* Payloads of up to 199 bytes (one to four lines), and of up to 8 (one
- * line each: the sender's line_put, which must leave the look to
- * rec_begin), both for each window. */
+ * line each), both for each window: all through the sender's short_put,
+ * which must leave the look to rec_begin. */
 START_TEST(test_shm_pingpong_stays_hot)
 {
     up(&srv_shm_ops);
@@ -603,27 +603,32 @@ START_TEST(test_shm_pingpong_stays_hot)
 }
 END_TEST
 
-/* Records of one line (header and payload of 40 bytes or fewer: the
- * sender's line_put) around the ring four times, filled until it is full
- * and then drained, with every header length from 0 to 40 and every
- * payload length that still fits the line (0 to 3 bytes, 4 to 7 and 8 or
- * more take different copies), every byte checked: a copy that writes a
- * byte short, or one too far (into the next record's header), shows up
- * as a wrong byte or a dropped record. */
-START_TEST(test_shm_line_records)
+/* Short records (header and payload of SHORT_MAX bytes or fewer: the
+ * sender's short_put) and a few just past them (the general path), around
+ * the ring four times, filled until it is full and then drained, with
+ * every header length from 0 to 40 and payloads of every length class
+ * (0 to 3 bytes, 4 to 7 and 8 or more take different small copies; a
+ * record of one line, of several, and of exactly 16 lines with the
+ * stamp's copy in its last 8 bytes), every byte checked: a copy that
+ * writes a byte short, or one too far (into the stamp's copy or the next
+ * record's header), shows up as a wrong byte or a dropped record. */
+START_TEST(test_shm_short_records)
 {
     up(&srv_shm_ops);
     size_t ring = srv_shm_test_ring_bytes(be);
-    enum { LINE_DATA = 40 };
-    unsigned char hdr[LINE_DATA], body[LINE_DATA];
+    enum { HDR_MAX = 40, SHORT_MAX = 16 * 64 - 24 - 8, TOTAL_MAX = SHORT_MAX + 64 };
+    static unsigned char hdr[HDR_MAX], body[TOTAL_MAX];
     uint32_t sent = 0, got = 0, fulls = 0;
-    uint64_t records = 4 * (uint64_t)ring / 64;
+    uint64_t bytes = 0, at_most = 0, past = 0;
     struct srv_cqe ev[16];
-#define LINE_HLEN(i) ((size_t)(i) % (LINE_DATA + 1))
-#define LINE_LEN(i) ((size_t)((i) / (LINE_DATA + 1)) % (LINE_DATA + 1 - LINE_HLEN(i)))
-    while (got < records) {
+    /* record i: a header of i % 41 bytes; a total of up to 40 bytes for
+     * even i, of up to TOTAL_MAX for odd i, both sweeping their range */
+#define SHORT_HLEN(i) ((size_t)(i) % (HDR_MAX + 1))
+#define SHORT_TOTAL(i) ((i) % 2 ? (size_t)((i) * 131u) % (TOTAL_MAX + 1) : (size_t)((i) / 2) % (HDR_MAX + 1))
+#define SHORT_LEN(i) (SHORT_TOTAL(i) > SHORT_HLEN(i) ? SHORT_TOTAL(i) - SHORT_HLEN(i) : 0)
+    while (bytes < 4 * (uint64_t)ring) {
         for (;;) { /* fill */
-            size_t hlen = LINE_HLEN(sent), len = LINE_LEN(sent);
+            size_t hlen = SHORT_HLEN(sent), len = SHORT_LEN(sent);
             for (size_t k = 0; k < hlen; k++)
                 hdr[k] = (unsigned char)(sent * 3u + k);
             for (size_t k = 0; k < len; k++)
@@ -634,13 +639,18 @@ START_TEST(test_shm_line_records)
                 break;
             }
             ck_assert_int_eq(rc, SRV_DONE);
+            if (hlen + len == SHORT_MAX)
+                at_most++;
+            if (hlen + len > SHORT_MAX)
+                past++;
+            bytes += hlen + len;
             sent++;
         }
         while (got < sent) { /* drain */
             int n = ops->poll(be, ev, 16);
             ck_assert_int_ge(n, 0);
             for (int i = 0; i < n; i++) {
-                size_t hlen = LINE_HLEN(got), len = LINE_LEN(got), bad = hlen + len;
+                size_t hlen = SHORT_HLEN(got), len = SHORT_LEN(got), bad = hlen + len;
                 ck_assert_int_eq(ev[i].kind, SRV_CQE_RECV);
                 ck_assert_uint_eq(ev[i].len, hlen + len);
                 for (size_t k = 0; k < hlen + len && bad == hlen + len; k++) {
@@ -659,10 +669,14 @@ START_TEST(test_shm_line_records)
                 ops->release(be);
         }
     }
-#undef LINE_HLEN
-#undef LINE_LEN
-    /* each fill ran until the ring was full */
+#undef SHORT_HLEN
+#undef SHORT_TOTAL
+#undef SHORT_LEN
+    /* each fill ran until the ring was full; the longest short record
+     * and records past it were among those sent */
     ck_assert_uint_ge(fulls, 4);
+    ck_assert_uint_gt(at_most, 0);
+    ck_assert_uint_gt(past, 0);
     poll_none(5);
     ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
     down();
@@ -1252,7 +1266,7 @@ static Suite *srv_backends_suite(void)
     tcase_add_test(shm, test_shm_ring_wrap);
     tcase_add_test(shm, test_shm_two_threads);
     tcase_add_test(shm, test_shm_two_threads_lines);
-    tcase_add_test(shm, test_shm_line_records);
+    tcase_add_test(shm, test_shm_short_records);
     tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
     tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
