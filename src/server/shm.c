@@ -997,9 +997,9 @@ static inline struct shm_rec *short_begin(struct srv_backend *be, struct shm_out
  * path took up to twice the instructions (docs/perf/pt2pt.md, "One path
  * for short records"). line_put is the same for a record of one line
  * (hlen + len <= SHM_LINE_DATA: an eager message of up to 8 bytes), with
- * nothing to split. short_put writes the first line last, as rec_put_msg
- * does and for its reason. false: nothing written, take the general
- * path. o's lock held. */
+ * nothing to split. short_put writes the first line after the others, as
+ * rec_put_msg does and for its reason. false: nothing written, take the
+ * general path. o's lock held. */
 static inline bool line_put(struct srv_backend *be, struct shm_out *o, const void *hdr,
                             size_t hlen, const void *payload, size_t len)
 {
@@ -1027,7 +1027,6 @@ static inline bool short_put(struct srv_backend *be, struct shm_out *o, const vo
         return false;
     uint64_t t = o->tail, stamp = t ^ o->key;
     put_span(o, r->data, hdr, hlen, payload, SHM_LINE_DATA, total);
-    memcpy((unsigned char *)r + bytes - REC_TRAILER, &stamp, REC_TRAILER);
     r->kind = REC_MSG;
     r->len = (uint32_t)total;
     r->lines = (uint32_t)(bytes / 64);
@@ -1038,6 +1037,10 @@ static inline bool short_put(struct srv_backend *be, struct shm_out *o, const vo
     } else {
         put_span(o, r->data, hdr, hlen, payload, 0, SHM_LINE_DATA);
     }
+    /* the stamp's copy after the first line, in rec_put_msg's and
+     * rec_publish's order (docs/perf/pt2pt.md, "One path for short
+     * records", has what the other order cost) */
+    memcpy((unsigned char *)r + bytes - REC_TRAILER, &stamp, REC_TRAILER);
     short_publish(be, o, r, t, t + bytes);
     return true;
 }
