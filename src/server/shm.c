@@ -1324,6 +1324,14 @@ static int poll_ring(struct srv_backend *be, int s, struct srv_cqe *ev, int max)
     bool lent = false;
     struct shm_ring *g = ring_of(be, be->mine, s);
     uint64_t h = be->head[s], h0 = h;
+    /* Our own ring (what we send ourselves: RTRs and writes to our own
+     * rank) is empty almost always, and its tail is written by our own
+     * threads, so looking at it costs no line from another core (R3's
+     * reason to poll stamps instead): an empty poll of it ends here. A
+     * record whose tail is not stored yet is found by the next poll.
+     * acquire: every stamp below the tail is visible (R3) */
+    if (s == be->rank && atomic_load_explicit(&g->tail, memory_order_acquire) == h)
+        return 0;
     while (out < max) {
         size_t off = (size_t)(h & (be->ring_bytes - 1));
         /* filled as it is read; zeroed only for the drop paths' log */
