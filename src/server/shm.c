@@ -58,7 +58,11 @@
  *
  * Two ways in: post_send copies a packet into a record (the core's queued
  * path), send_inline copies a header and the user's payload straight into
- * one (the eager fast path: no packet at all). One way out: poll hands the
+ * one (the eager fast path: no packet at all). Both write a record of 16
+ * lines or fewer through short_begin and line_put/short_put when it only
+ * needs the next lines of the ring, and through rec_begin and rec_put_msg
+ * otherwise (a start-over, a wrap, a full ring, a longer record): the two
+ * keep R1-R3 alike. One way out: poll hands the
  * core each MSG record in place, with a posted packet beside it that the
  * handler may copy into if it must keep the message; otherwise it copies
  * straight from the ring into the receive buffer. A MSG record carries at
