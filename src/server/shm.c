@@ -174,11 +174,11 @@
 #define SHM_NEAR_MAX (2 * SHM_NEAR)
 /* Records of this many bytes or more (a full CHUNK, the largest eager
  * messages) look whether the ring may start over whenever they start
- * past SHM_HOT, not only at the first record past each SHM_HOT boundary
- * (rec_begin). Why: a rendezvous writes its CHUNKs back to back, so the
- * boundary's check kept landing on a CHUNK that the receiver was still
- * one CHUNK behind, and a ping-pong of messages of a few CHUNKs swept the
- * whole ring: out of cache, and where a page's first write is slow
+ * past SHM_LOOK_FAR, not only at the first record past each SHM_HOT
+ * boundary (rec_begin). Why: a rendezvous writes its CHUNKs back to back,
+ * so the boundary's check kept landing on a CHUNK that the receiver was
+ * still one CHUNK behind, and a ping-pong of messages of a few CHUNKs
+ * swept the whole ring: where a page's first write is slow
  * (docs/perf/pt2pt.md), a first lap many times slower than the next.
  * The first CHUNK of a message of two or more is a full one, and finds
  * the receiver done with everything before it. One read of head costs
@@ -189,6 +189,17 @@
  * comes at the record after it anyway: the look adds at most one read
  * of head per SHM_HOT bytes. */
 #define SHM_LOOK_LONG SHM_CHUNK
+/* Where records of SHM_LOOK_LONG bytes or more start to look (above). Why
+ * not SHM_HOT, as the others: a rendezvous ping-pong that starts over at
+ * every message copies each CHUNK into lines the receiver's core read
+ * one message before and still holds, and each of them must be taken
+ * back from it; messages of a few CHUNKs took much longer that way than
+ * when copied into lines read a megabyte of records before, which that
+ * core no longer holds (docs/perf/pt2pt.md, "Rendezvous CHUNKs start
+ * over a megabyte in"). Why not never: the ring's first lap stays
+ * bounded (a ring smaller than twice this is swept whole, as it is
+ * short). */
+#define SHM_LOOK_FAR ((size_t)1 << 20)
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
 /* The unused lines after a long record (rec_span). Why: a reader that has
@@ -783,12 +794,15 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * receiver that close to the SKIP, that room is short only briefly. A
      * burst that outruns the receiver leaves it far behind, and then
      * uses the whole ring as before, paying one read of head per SHM_HOT
-     * bytes, or per record from SHM_LOOK_LONG bytes on. While the last
+     * bytes, or per record from SHM_LOOK_LONG bytes on once past
+     * SHM_LOOK_FAR. While the last
      * look found the receiver done with everything (a ping-pong), a
      * record of SHM_NEAR_MIN bytes or more looks from SHM_NEAR on. */
     bool near = o->caught_up && bytes >= SHM_NEAR_MIN && bytes <= SHM_NEAR_MAX;
     bool look = !wrap && (near ? off >= SHM_NEAR
-                               : off >= SHM_HOT && (t >= o->hot_check || bytes >= SHM_LOOK_LONG));
+                               : off >= SHM_HOT &&
+                                     (t >= o->hot_check ||
+                                      (bytes >= SHM_LOOK_LONG && off >= SHM_LOOK_FAR)));
     if (look) {
         o->hot_check = (t | (SHM_HOT - 1)) + 1;
         o->seen_head = head_read(o, at->g);
@@ -1632,6 +1646,7 @@ size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring
 
 size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
 size_t srv_shm_test_near_bytes(void) { return SHM_NEAR; }
+size_t srv_shm_test_look_far_bytes(void) { return SHM_LOOK_FAR; }
 
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
 {

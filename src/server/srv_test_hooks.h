@@ -35,6 +35,9 @@ size_t srv_shm_test_ring_bytes(struct srv_backend *be);
  * `peer`. */
 size_t srv_shm_test_hot_bytes(void);
 size_t srv_shm_test_near_bytes(void);
+/* Where a record of a full CHUNK starts to look whether the ring may
+ * start over (SHM_LOOK_FAR). */
+size_t srv_shm_test_look_far_bytes(void);
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);
 /* shm: the ring position up to which the sender to `peer` asked for the
  * ring's lines ahead of its tail, and (in *seen_head) the receiver's head

@@ -742,19 +742,23 @@ START_TEST(test_shm_pingpong_stays_near)
 }
 END_TEST
 
-/* A rendezvous ping-pong starts over too: each message is a short record
- * (the RTS), CHUNKs of 64 KiB written back to back, then the IMM, and
- * the next message comes once all of it was read. The check at each
- * SHM_HOT boundary alone lands on a CHUNK the reader is still a CHUNK
- * behind (the second of a message, or the IMM after it), so without the
- * look of long records (SHM_LOOK_LONG) the writes sweep the whole ring;
- * every byte still arrives where its CHUNK says. */
+/* A rendezvous ping-pong starts over too, once past SHM_LOOK_FAR: each
+ * message is a short record (the RTS), CHUNKs of 64 KiB written back to
+ * back, then the IMM, and the next message comes once all of it was
+ * read. The check at each SHM_HOT boundary alone lands on a CHUNK the
+ * reader is still a CHUNK behind (the second of a message, or the IMM
+ * after it), so without the look of long records (SHM_LOOK_LONG) the
+ * writes sweep the whole ring; with it from SHM_HOT on, as before
+ * SHM_LOOK_FAR, they stay within the first two messages and the check
+ * that they went past SHM_LOOK_FAR fails. Every byte still arrives where
+ * its CHUNK says. */
 START_TEST(test_shm_rendezvous_pingpong_stays_hot)
 {
     up(&srv_shm_ops);
-    size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes();
+    size_t ring = srv_shm_test_ring_bytes(be), far_look = srv_shm_test_look_far_bytes();
     enum { CHUNK = 64 << 10, MSG = 2 * CHUNK };
-    ck_assert_uint_ge(ring, 8 * (size_t)MSG); /* else the ring bounds it anyway */
+    /* else the ring bounds it anyway */
+    ck_assert_uint_ge(ring, far_look + 8 * (size_t)MSG);
     unsigned char *dst = malloc(MSG), *src = malloc(MSG);
     srv_mr mr;
     void *h;
@@ -790,9 +794,12 @@ START_TEST(test_shm_rendezvous_pingpong_stays_hot)
                       "round %d: the CHUNKs' bytes did not arrive", r);
     }
     ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
-    ck_assert_msg(far <= hot + 2 * (size_t)MSG,
-                  "a rendezvous ping-pong wrote up to byte %zu of a %zu-byte ring (the hot "
-                  "part is %zu bytes)", far, ring, hot);
+    ck_assert_msg(far <= far_look + 2 * (size_t)MSG,
+                  "a rendezvous ping-pong wrote up to byte %zu of a %zu-byte ring (its CHUNKs "
+                  "look from byte %zu on)", far, ring, far_look);
+    ck_assert_msg(far >= far_look,
+                  "a rendezvous ping-pong wrote up to byte %zu only: its CHUNKs start over "
+                  "before byte %zu", far, far_look);
     ops->mr_dereg(be, h);
     free(src);
     free(dst);
