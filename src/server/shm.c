@@ -980,6 +980,21 @@ _Static_assert(SHM_AHEAD_MAX_REC < SHM_GAP_MIN_LINES * 64 && SHM_AHEAD_MAX_REC <
                    SHM_AHEAD_MAX_REC < SHM_LOOK_LONG,
                "a short record has no gap, never looks from SHM_NEAR and never looks long");
 
+/* Writes the first n <= SHM_LINE_DATA data bytes of a record whose data is
+ * hdr's hlen bytes followed by payload's: the protocol's header (the
+ * common case) at its constant size, everything else by copy_small, no
+ * call either way. */
+static inline void first_line(struct shm_rec *r, const void *hdr, size_t hlen,
+                              const void *payload, size_t n)
+{
+    size_t h = hlen < n ? hlen : n;
+    if (util_likely(h == UTIL_PACKET_HEADER_BYTES))
+        memcpy(r->data, hdr, UTIL_PACKET_HEADER_BYTES); /* a constant size: two stores */
+    else
+        copy_small(r->data, hdr, h);
+    copy_small(r->data + h, payload, n - h);
+}
+
 /* Publishes a record short_put or line_put wrote at tail t, ending at end:
  * its stamp, the tail (R3), and asks ahead. o's lock held. */
 static inline void short_publish(struct srv_backend *be, struct shm_out *o, struct shm_rec *r,
@@ -1011,7 +1026,7 @@ static inline struct shm_rec *short_begin(struct srv_backend *be, struct shm_out
 /* A MSG record of hdr's hlen bytes and payload's len written where
  * short_begin allows, without rec_begin's, rec_put_msg's and
  * rec_publish's other cases (a short record has no gap, and asks ahead),
- * and the first line's header copied at its constant size: the general
+ * and the first line written by first_line: the general
  * path took up to twice the instructions (docs/perf/pt2pt.md, "One path
  * for short records"). line_put is the same for a record of one line
  * (hlen + len <= SHM_LINE_DATA: an eager message of up to 8 bytes), with
@@ -1027,11 +1042,7 @@ static inline bool line_put(struct srv_backend *be, struct shm_out *o, const voi
     r->kind = REC_MSG;
     r->len = (uint32_t)(hlen + len);
     r->lines = 1;
-    if (util_likely(hlen == UTIL_PACKET_HEADER_BYTES))
-        memcpy(r->data, hdr, UTIL_PACKET_HEADER_BYTES); /* a constant size: two stores */
-    else
-        copy_small(r->data, hdr, hlen);
-    copy_small(r->data + hlen, payload, len);
+    first_line(r, hdr, hlen, payload, hlen + len);
     short_publish(be, o, r, o->tail, o->tail + 64);
     return true;
 }
@@ -1048,13 +1059,7 @@ static inline bool short_put(struct srv_backend *be, struct shm_out *o, const vo
     r->kind = REC_MSG;
     r->len = (uint32_t)total;
     r->lines = (uint32_t)(bytes / 64);
-    if (util_likely(hlen == UTIL_PACKET_HEADER_BYTES)) {
-        memcpy(r->data, hdr, UTIL_PACKET_HEADER_BYTES); /* a constant size: two stores */
-        copy_small(r->data + UTIL_PACKET_HEADER_BYTES, payload,
-                   SHM_LINE_DATA - UTIL_PACKET_HEADER_BYTES);
-    } else {
-        put_span(o, r->data, hdr, hlen, payload, 0, SHM_LINE_DATA);
-    }
+    first_line(r, hdr, hlen, payload, SHM_LINE_DATA);
     /* the stamp's copy after the first line, in rec_put_msg's and
      * rec_publish's order (docs/perf/pt2pt.md, "One path for short
      * records", has what the other order cost) */
@@ -1086,11 +1091,11 @@ static int shm_post_send(struct srv_backend *be, pkt_t *p, int peer)
     struct rec_spot at;
     struct shm_rec *r = rec_begin(be, peer, p->len, &at);
     if (!r) {
-        util_bias_unlock(&be->out[peer].lock);
+        util_bias_unlock(&o->lock);
         return ring_full(be, peer, "send");
     }
     rec_put_msg(&at, r, p->data, p->len, NULL, 0);
-    util_bias_unlock(&be->out[peer].lock);
+    util_bias_unlock(&o->lock);
     return SRV_DONE; /* the data left with the call: p is free */
 }
 
@@ -1111,11 +1116,11 @@ static int shm_send_inline(struct srv_backend *be, int peer, const void *hdr, si
     struct rec_spot at;
     struct shm_rec *r = rec_begin(be, peer, total, &at);
     if (!r) {
-        util_bias_unlock(&be->out[peer].lock);
+        util_bias_unlock(&o->lock);
         return ring_full(be, peer, "send");
     }
     rec_put_msg(&at, r, hdr, hlen, payload, len);
-    util_bias_unlock(&be->out[peer].lock);
+    util_bias_unlock(&o->lock);
     return SRV_DONE;
 }
 
