@@ -149,17 +149,46 @@
 #define SHM_BYTES_PER_RANK ((uint64_t)8 << 20)
 #define SHM_RING_MAX ((uint64_t)4 << 20)
 #define SHM_RING_MIN ((uint64_t)256 << 10)
-/* The part of a ring a ping-pong cycles through (rec_begin): a power of two,
- * small enough to stay in a core's cache. */
+/* The part of a ring a ping-pong of short records cycles through
+ * (rec_begin): a power of two, small enough to stay in a core's cache. */
 #define SHM_HOT ((size_t)64 << 10)
-/* The part of a ring a ping-pong of long records cycles through once a
- * look found the receiver done with all it was sent (rec_begin). Why not
- * SHM_HOT: a core's first-level cache holds both rings' hot parts and the
- * messages' buffers only if each ring's is a few KiB; past it, every
- * record's lines come from further out on both sides, and each way of a
- * ping-pong of 4 or 8 KiB messages takes longer the more ring it cycles
- * through (docs/perf/pt2pt.md, "A ping-pong's records kept in the
- * first-level cache"). A look costs a read of head, one line from the
+/* Records of this many bytes or more (2 KiB messages, CHUNKs), in a ring
+ * of at least half look_far bytes (be->far), never start over early:
+ * they look whether the ring may start over only once they start past
+ * look_far (below), and each one puts off the next look of shorter
+ * records by SHM_HOT bytes (rec_begin). Why: a long record copied into
+ * lines the receiver's core has read recently, and still holds, must take
+ * each of them back from that core first; in a ping-pong that started
+ * over at SHM_NEAR or SHM_HOT that was every line of every record, and it
+ * cost more than the copy itself, from 2 KiB up to the CHUNKs of a
+ * rendezvous. Shorter records hardly differ either way and keep SHM_HOT
+ * (docs/perf/pt2pt.md, "Long records go where the receiver's cache is
+ * not"). Why the short ones after a long one wait: the RTS or IMM after
+ * a CHUNK finds the receiver less than SHM_HOT / 2 behind, and would
+ * start the ring over, so that the next message's CHUNKs went into the
+ * lines its last one had just been read from. Why not in a shorter ring:
+ * all of it fits in the receiver's second-level cache, so no line of it
+ * is far, and the nearest lines are the cheapest (SHM_NEAR). */
+#define SHM_LOOK_LONG ((size_t)2 << 10)
+/* Where records of SHM_LOOK_LONG bytes or more start to look (be->look_far):
+ * twice a core's second-level cache, not less than SHM_LOOK_FAR_MIN. Why
+ * that far: a ping-pong that starts over when its writes are this far
+ * along copies into lines the receiver's core read this many bytes of
+ * records (and buffers) ago, which it no longer holds; with half of it
+ * the receiver still held many (docs/perf/pt2pt.md). Why not never: the
+ * ring's first lap stays bounded where a ring holds more (a page's first
+ * write may be slow); a ring no longer than look_far is swept whole. */
+#define SHM_LOOK_FAR_MIN ((size_t)1 << 20)
+#define SHM_LOOK_FAR_MAX ((size_t)64 << 20)
+/* In a ring shorter than half look_far: the part of it a ping-pong of
+ * long records cycles through once a look found the receiver done with
+ * all it was sent (rec_begin). Why not SHM_HOT: a core's first-level
+ * cache holds both rings' hot parts and the messages' buffers only if
+ * each ring's is a few KiB; past it, every record's lines come from
+ * further out on both sides, and each way of a ping-pong of 4 or 8 KiB
+ * messages takes longer the more ring it cycles through, up to about the
+ * second-level cache (docs/perf/pt2pt.md, "A ping-pong's records kept in
+ * the first-level cache"). A look costs a read of head, one line from the
  * receiver, and a start-over a SKIP, which both pay only once per
  * SHM_NEAR bytes. */
 #define SHM_NEAR ((size_t)8 << 10)
@@ -172,34 +201,6 @@
  * cache holds, so a start-over at each one would only add a SKIP. */
 #define SHM_NEAR_MIN ((size_t)2 << 10)
 #define SHM_NEAR_MAX (2 * SHM_NEAR)
-/* Records of this many bytes or more (a full CHUNK, the largest eager
- * messages) look whether the ring may start over whenever they start
- * past SHM_LOOK_FAR, not only at the first record past each SHM_HOT
- * boundary (rec_begin). Why: a rendezvous writes its CHUNKs back to back,
- * so the boundary's check kept landing on a CHUNK that the receiver was
- * still one CHUNK behind, and a ping-pong of messages of a few CHUNKs
- * swept the whole ring: where a page's first write is slow
- * (docs/perf/pt2pt.md), a first lap many times slower than the next.
- * The first CHUNK of a message of two or more is a full one, and finds
- * the receiver done with everything before it. One read of head costs
- * little beside the copy of a record this long; beside the copy of a
- * shorter one it shows in the bandwidth of a window, which keeps the
- * receiver behind and so never starts over (docs/perf/pt2pt.md). And a
- * record this long spans a whole SHM_HOT, so the boundary's check
- * comes at the record after it anyway: the look adds at most one read
- * of head per SHM_HOT bytes. */
-#define SHM_LOOK_LONG SHM_CHUNK
-/* Where records of SHM_LOOK_LONG bytes or more start to look (above). Why
- * not SHM_HOT, as the others: a rendezvous ping-pong that starts over at
- * every message copies each CHUNK into lines the receiver's core read
- * one message before and still holds, and each of them must be taken
- * back from it; messages of a few CHUNKs took much longer that way than
- * when copied into lines read a megabyte of records before, which that
- * core no longer holds (docs/perf/pt2pt.md, "Rendezvous CHUNKs start
- * over a megabyte in"). Why not never: the ring's first lap stays
- * bounded (a ring smaller than twice this is swept whole, as it is
- * short). */
-#define SHM_LOOK_FAR ((size_t)1 << 20)
 /* Lines of a multi-line record its reader prefetches (poll_ring). */
 #define SHM_PREFETCH_LINES 16
 /* The unused lines after a long record (rec_span). Why: a reader that has
@@ -238,8 +239,9 @@
  * both copies at once, while an eager record is copied in whole before it
  * is copied out; so once a message takes much longer to copy than the
  * RTS and RTR take to travel, the stream wins (docs/perf/pt2pt.md has
- * where that is). */
-#define SHM_EAGER_DEFAULT ((size_t)64 << 10)
+ * where that is: past 32 KiB, now that long records go where the
+ * receiver's cache is not). */
+#define SHM_EAGER_DEFAULT ((size_t)32 << 10)
 #define SHM_MAGIC UINT64_C(0x4d5049567368326d) /* "MPIVsh2m": the layout of 128-byte pairs */
 /* One RDMA write at most: an IMM record's length is 32 bits; a power of
  * two keeps the core's pieces aligned. */
@@ -247,8 +249,17 @@
 /* Payload bytes of a CHUNK record at most: a write goes through the ring in
  * pieces this small so that the receiver copies one out while the sender
  * copies the next in (two cores, one copy each, at once). One record of a
- * quarter ring would make the two copies take turns. */
+ * quarter ring would make the two copies take turns, and so would a
+ * write of a few CHUNKs: one of fewer than SHM_CHUNK_PIECES CHUNKs goes in
+ * CHUNKs of its length over SHM_CHUNK_PIECES, but not shorter than
+ * SHM_CHUNK_MIN (shm_rdma_write_imm). Why not short CHUNKs for all: each
+ * is a record for the reader to find and a look for the writer, and a
+ * window of long messages in CHUNKs of 32 KiB had a few per cent less
+ * bandwidth than in CHUNKs of 64 KiB; a 64 KiB message in two of 32 KiB
+ * took less time than in one (docs/perf/pt2pt.md). */
 #define SHM_CHUNK ((size_t)64 << 10)
+#define SHM_CHUNK_MIN ((size_t)32 << 10)
+#define SHM_CHUNK_PIECES 8
 
 enum shm_kind { REC_MSG = 1, REC_CHUNK = 2, REC_IMM = 3, REC_SKIP = 4 };
 
@@ -345,6 +356,10 @@ struct srv_backend {
     int *lidx;   /* [size]: index in locals, or -1 (another host)         */
     size_t pkt_data;   /* payload bytes of a packet                         */
     uint64_t ring_bytes; /* record space per ring, a power of two           */
+    size_t look_far;   /* where long records look for a start-over, and */
+    bool far;          /* whether the ring is long enough for it
+                          (SHM_LOOK_LONG's and SHM_LOOK_FAR_MIN's comments;
+                          look_far_set)                                    */
     size_t rec_max;    /* payload bytes of the largest record (a quarter
                           of the ring, less the header and trailer)        */
     uint64_t key;      /* R5: the stamps' key of the rings we receive on  */
@@ -449,6 +464,26 @@ static void string_copy_probe(void)
 
 static void shm_finalize(struct srv_backend *be);
 
+/* Twice the second-level cache of the core we run on, as the C library
+ * reports it, within SHM_LOOK_FAR_MIN..SHM_LOOK_FAR_MAX; where it reports
+ * none, twice SHM_LOOK_FAR_MIN. */
+static size_t look_far_bytes(void)
+{
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t far = l2 > 0 ? 2 * (size_t)l2 : 2 * SHM_LOOK_FAR_MIN;
+    if (far < SHM_LOOK_FAR_MIN)
+        return SHM_LOOK_FAR_MIN;
+    return far > SHM_LOOK_FAR_MAX ? SHM_LOOK_FAR_MAX : far;
+}
+
+/* Sets where long records look for a start-over, and whether they do
+ * (the ring is at least half that long). */
+static void look_far_set(struct srv_backend *be, size_t look_far)
+{
+    be->look_far = look_far;
+    be->far = be->ring_bytes >= look_far / 2;
+}
+
 static int shm_init(const struct util_config *cfg, int rank, int size, struct srv_backend **out)
 {
     string_copy_probe();
@@ -532,6 +567,7 @@ static int shm_reg_pool(struct srv_backend *be, struct pkt_pool *pool)
     while (be->ring_bytes / 4 - REC_HDR - REC_TRAILER < be->pkt_data)
         be->ring_bytes *= 2;
     be->rec_max = be->ring_bytes / 4 - REC_HDR - REC_TRAILER;
+    look_far_set(be, look_far_bytes());
     size_t want = (be->shm_eager ? be->shm_eager : SHM_EAGER_DEFAULT) + UTIL_PACKET_HEADER_BYTES;
     if (be->shm_eager && want > be->rec_max)
         return util_err(MPIV_ERR_CONFIG,
@@ -794,15 +830,17 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
      * receiver that close to the SKIP, that room is short only briefly. A
      * burst that outruns the receiver leaves it far behind, and then
      * uses the whole ring as before, paying one read of head per SHM_HOT
-     * bytes, or per record from SHM_LOOK_LONG bytes on once past
-     * SHM_LOOK_FAR. While the last
-     * look found the receiver done with everything (a ping-pong), a
-     * record of SHM_NEAR_MIN bytes or more looks from SHM_NEAR on. */
-    bool near = o->caught_up && bytes >= SHM_NEAR_MIN && bytes <= SHM_NEAR_MAX;
+     * bytes. In a ring long enough (be->far), a record of SHM_LOOK_LONG
+     * bytes or more looks instead at each record once past look_far, and
+     * puts off the short records' next look by SHM_HOT; in a shorter one,
+     * while the last look found the receiver done with everything (a
+     * ping-pong), a record of SHM_NEAR_MIN bytes or more looks from
+     * SHM_NEAR on. */
+    bool longrec = be->far && bytes >= SHM_LOOK_LONG;
+    bool near = !be->far && o->caught_up && bytes >= SHM_NEAR_MIN && bytes <= SHM_NEAR_MAX;
     bool look = !wrap && (near ? off >= SHM_NEAR
                                : off >= SHM_HOT &&
-                                     (t >= o->hot_check ||
-                                      (bytes >= SHM_LOOK_LONG && off >= SHM_LOOK_FAR)));
+                                     (longrec ? off >= be->look_far : t >= o->hot_check));
     if (look) {
         o->hot_check = (t | (SHM_HOT - 1)) + 1;
         o->seen_head = head_read(o, at->g);
@@ -829,6 +867,8 @@ static struct shm_rec *rec_begin(struct srv_backend *be, int peer, size_t len,
         at->pos = t + to_end;
     }
     at->end = t + span;
+    if (longrec)
+        o->hot_check = at->end + SHM_HOT;
     /* A long record's copy keeps enough transfers in flight by itself,
      * and more requests only compete with it: none after one (after one
      * of 17 lines, asking ahead took back what the gap gives; docs/perf/
@@ -1253,7 +1293,13 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             return MPIV_SUCCESS; /* its error completion follows; no IMM */
         }
     }
-    size_t chunk_max = be->rec_max - CHUNK_ADDR < SHM_CHUNK ? be->rec_max - CHUNK_ADDR : SHM_CHUNK;
+    size_t chunk_max = op->len / SHM_CHUNK_PIECES;
+    if (chunk_max < SHM_CHUNK_MIN)
+        chunk_max = SHM_CHUNK_MIN;
+    if (chunk_max > SHM_CHUNK)
+        chunk_max = SHM_CHUNK;
+    if (chunk_max > be->rec_max - CHUNK_ADDR)
+        chunk_max = be->rec_max - CHUNK_ADDR;
     util_bias_lock(&be->out[op->peer].lock);
     for (;;) {
         size_t off = (size_t)op->note[0];
@@ -1650,8 +1696,13 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
 
 size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
+size_t srv_shm_test_look_far_bytes(struct srv_backend *be) { return be->look_far; }
+size_t srv_shm_test_look_long_bytes(void) { return SHM_LOOK_LONG; }
+void srv_shm_test_set_look_far(struct srv_backend *be, size_t bytes)
+{
+    look_far_set(be, bytes ? bytes : look_far_bytes());
+}
 size_t srv_shm_test_near_bytes(void) { return SHM_NEAR; }
-size_t srv_shm_test_look_far_bytes(void) { return SHM_LOOK_FAR; }
 
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer)
 {

@@ -30,14 +30,19 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add);
 /* shm: bytes of record space per ring. */
 size_t srv_shm_test_ring_bytes(struct srv_backend *be);
 /* shm: the bytes at the start of a ring that an emptied ring starts over
- * in (a ping-pong stays there), the smaller part it starts over in once a
- * look found it empty, and the tail (bytes written so far) of our ring at
- * `peer`. */
+ * in (a ping-pong of short records stays there), the smaller part a ring
+ * shorter than half look_far starts over in once a look found it empty,
+ * and the tail (bytes written so far) of our ring at `peer`. */
 size_t srv_shm_test_hot_bytes(void);
 size_t srv_shm_test_near_bytes(void);
-/* Where a record of a full CHUNK starts to look whether the ring may
- * start over (SHM_LOOK_FAR). */
-size_t srv_shm_test_look_far_bytes(void);
+/* shm: where a record of SHM_LOOK_LONG bytes or more (a 2 KiB message, a
+ * CHUNK) starts to look whether the ring may start over (be->look_far),
+ * the shortest such record, and a look_far for a test to use (0: back to
+ * the one the machine's caches chose; the ring must be at least half as
+ * long for long records to look there, shm.c). */
+size_t srv_shm_test_look_far_bytes(struct srv_backend *be);
+size_t srv_shm_test_look_long_bytes(void);
+void srv_shm_test_set_look_far(struct srv_backend *be, size_t bytes);
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);
 /* shm: the ring position up to which the sender to `peer` asked for the
  * ring's lines ahead of its tail, and (in *seen_head) the receiver's head

@@ -72,7 +72,7 @@ static const struct cfg_var cfg_vars[] = {
      "network backend; shm = MPIv's own shared-memory rings (every rank on one host); auto = "
      "shm when every rank is on one host, else ibv where every rank has a verbs device, else ofi"},
     {"MPIV_SHM_CMA", CFG_WORDS, OFF(shm_cma), 0, 1, 0, "off|on",
-     "shm backend: off = rendezvous bytes stream through the rings in 64K pieces, the sender "
+     "shm backend: off = rendezvous bytes stream through the rings in 32K-64K pieces, the sender "
      "copying in while the receiver copies out; on = one copy where the kernel allows it (the "
      "receiver reads with process_vm_readv, or the sender writes with process_vm_writev), "
      "for hosts where that copy is faster or memory bandwidth is short"},
@@ -89,7 +89,7 @@ static const struct cfg_var cfg_vars[] = {
      "shm backend: largest message sent eagerly, straight into the receiver's ring (no packet, "
      "so it may exceed MPIV_PACKET_SIZE); at most a quarter of a ring less 56 bytes (rings are "
      "4M per pair on 2 ranks, down to 256K from 32 ranks on); below what a packet holds it "
-     "changes nothing; 0 = 64K, or what a ring takes if less; every rank must use the same"},
+     "changes nothing; 0 = 32K, or what a ring takes if less; every rank must use the same"},
     {"MPIV_SHM_RING", CFG_SIZE, OFF(shm_ring), 0, 1 << 30, 0, NULL,
      "shm backend: bytes of each ring (one per pair of ranks, in each direction), a power of "
      "two from 64K, enough for 4 packets; 0 = 4M, halved while ranks x ring passes 8M, down to "

@@ -683,18 +683,23 @@ START_TEST(test_shm_short_records)
 }
 END_TEST
 
-/* Once a look found the ring empty, a ping-pong of long records starts
- * over at each SHM_NEAR bytes, not SHM_HOT: its records then stay in the
- * first-level cache (shm.c). Messages of 2, 4 and 8 KiB, each a
- * lap and a quarter of the ring, every byte checked; past the first
- * SHM_HOT bytes (where the first look is) the writes reach no further
- * than SHM_NEAR and one record. With the look at SHM_HOT only, they reach
- * SHM_HOT and the check fails. */
-START_TEST(test_shm_pingpong_stays_near)
+/* In a ring of 256 KiB (MPIV_SHM_RING; the default from 32 ranks on),
+ * shorter than half of any look_far, once a look found the ring empty, a
+ * ping-pong of long records starts over at each SHM_NEAR bytes, not
+ * SHM_HOT nor look_far: its records then stay in the first-level cache
+ * (shm.c). Messages of 2, 4 and 8 KiB, each a lap and a quarter of the
+ * ring, every byte checked; past the first SHM_HOT bytes (where the first
+ * look is) the writes reach no further than SHM_NEAR and one record. With
+ * the look at SHM_HOT only, or the far rule of longer rings, they reach
+ * SHM_HOT or the ring's end and the check fails. */
+START_TEST(test_shm_small_ring_pingpong_stays_near)
 {
+    ck_assert_int_eq(setenv("MPIV_SHM_RING", "262144", 1), 0);
     up(&srv_shm_ops);
+    ck_assert_int_eq(unsetenv("MPIV_SHM_RING"), 0);
     size_t ring = srv_shm_test_ring_bytes(be), hot = srv_shm_test_hot_bytes(),
            near = srv_shm_test_near_bytes();
+    ck_assert_uint_eq(ring, 262144);
     ck_assert_uint_lt(near, hot);
     static const size_t sizes[] = {2048, 4096, 8192};
     enum { HDR = 32 };
@@ -742,64 +747,148 @@ START_TEST(test_shm_pingpong_stays_near)
 }
 END_TEST
 
-/* A rendezvous ping-pong starts over too, once past SHM_LOOK_FAR: each
- * message is a short record (the RTS), CHUNKs of 64 KiB written back to
- * back, then the IMM, and the next message comes once all of it was
- * read. The check at each SHM_HOT boundary alone lands on a CHUNK the
- * reader is still a CHUNK behind (the second of a message, or the IMM
- * after it), so without the look of long records (SHM_LOOK_LONG) the
- * writes sweep the whole ring; with it from SHM_HOT on, as before
- * SHM_LOOK_FAR, they stay within the first two messages and the check
- * that they went past SHM_LOOK_FAR fails. Every byte still arrives where
- * its CHUNK says. */
-START_TEST(test_shm_rendezvous_pingpong_stays_hot)
+
+/* A ping-pong of long records (SHM_LOOK_LONG bytes or more: messages of
+ * 2 to 16 KiB) never starts over before look_far, and does once past it:
+ * its records go into lines the reader read look_far bytes before (shm.c).
+ * Each size a lap and a quarter of the ring, every byte checked; every
+ * start-over comes after a record that ended at look_far or less than two
+ * records past it, and there is at least one. With the start-over at
+ * SHM_HOT (or nearer) for these records, a start-over comes before
+ * look_far; with none, the writes reach the end of the ring. look_far is
+ * set to a quarter of the ring, whatever this machine's caches chose. */
+START_TEST(test_shm_long_pingpong_goes_far)
 {
     up(&srv_shm_ops);
-    size_t ring = srv_shm_test_ring_bytes(be), far_look = srv_shm_test_look_far_bytes();
-    enum { CHUNK = 64 << 10, MSG = 2 * CHUNK };
-    /* else the ring bounds it anyway */
-    ck_assert_uint_ge(ring, far_look + 8 * (size_t)MSG);
-    unsigned char *dst = malloc(MSG), *src = malloc(MSG);
-    srv_mr mr;
-    void *h;
-    ck_assert_int_eq(ops->mr_reg(be, dst, MSG, &mr, &h), MPIV_SUCCESS);
-    uint64_t b = (uint64_t)(uintptr_t)dst;
-    size_t far = 0;
-    /* a lap and a quarter of the ring */
-    int rounds = (int)(5 * ring / 4 / MSG);
-    for (int r = 0; r < rounds; r++) {
-        memset(src, r + 1, MSG);
-        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 8, 0, 0, 0, "rts-rts-", 8),
-                         MPIV_SUCCESS);
-        for (size_t off = 0; off < MSG; off += CHUNK)
-            ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_CHUNK, CHUNK, 0, b + off, 0,
-                                                  src + off, CHUNK),
-                             MPIV_SUCCESS);
-        ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_IMM, MSG, 0, 0, (uint32_t)r, NULL, 0),
-                         MPIV_SUCCESS);
-        size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
-        if (off > far)
-            far = off;
-        struct srv_cqe ev[4];
-        ck_assert_int_eq(poll_n(ev, 1, 1), 1);
-        ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
-        ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
-        if (ops->release)
-            ops->release(be);
-        ck_assert_int_eq(poll_n(ev, 1, 1), 1);
-        ck_assert_int_eq(ev[0].kind, SRV_CQE_IMM);
-        ck_assert_int_eq(ev[0].err, MPIV_SUCCESS);
-        ck_assert_uint_eq(ev[0].imm, (uint32_t)r);
-        ck_assert_msg(dst[0] == (unsigned char)(r + 1) && dst[MSG - 1] == (unsigned char)(r + 1),
-                      "round %d: the CHUNKs' bytes did not arrive", r);
+    size_t ring = srv_shm_test_ring_bytes(be), far_look = ring / 4;
+    srv_shm_test_set_look_far(be, far_look);
+    ck_assert_uint_ge(far_look, 4 * srv_shm_test_hot_bytes());
+    ck_assert_uint_le(srv_shm_test_look_long_bytes(), 2048); /* every size below is long */
+    static const size_t sizes[] = {2048, 4096, 8192, 16384};
+    enum { HDR = 32 };
+    unsigned char hdr[HDR] = {0}, *body = malloc(16384);
+    ck_assert_ptr_nonnull(body);
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        /* a record's span: header, payload, stamp's copy and gap, rounded
+         * up to lines, is less than this */
+        size_t len = sizes[z], span = HDR + len + 1024;
+        size_t prev = (size_t)(srv_shm_test_tail(be, 0) % ring);
+        int overs = 0;
+        uint32_t records = (uint32_t)(5 * ring / 4 / (len + 64));
+        for (uint32_t i = 0; i < records; i++) {
+            memcpy(hdr, &i, sizeof i);
+            memset(body, (int)(i & 0xff), len);
+            ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
+            size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
+            if (off < prev) { /* started over (or wrapped at the ring's end) */
+                ck_assert_msg(prev >= far_look && prev <= far_look + 2 * span,
+                              "a ping-pong of %zu-byte messages started over after byte %zu "
+                              "of a %zu-byte ring (look_far %zu, records under %zu bytes)",
+                              len, prev, ring, far_look, span);
+                overs++;
+            }
+            prev = off;
+            struct srv_cqe ev[1];
+            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+            ck_assert_uint_eq(ev[0].len, HDR + len);
+            uint32_t seq;
+            memcpy(&seq, ev[0].data, sizeof seq);
+            ck_assert_uint_eq(seq, i);
+            size_t bad = len;
+            for (size_t k = 0; k < len && bad == len; k++)
+                if (ev[0].data[HDR + k] != (i & 0xff))
+                    bad = k;
+            ck_assert_msg(bad == len, "%zu-byte message %u: byte %zu is wrong", len, i, bad);
+            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+            if (ops->release)
+                ops->release(be);
+        }
+        ck_assert_msg(overs > 0, "a ping-pong of %zu-byte messages never started over", len);
     }
     ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
-    ck_assert_msg(far <= far_look + 2 * (size_t)MSG,
-                  "a rendezvous ping-pong wrote up to byte %zu of a %zu-byte ring (its CHUNKs "
-                  "look from byte %zu on)", far, ring, far_look);
-    ck_assert_msg(far >= far_look,
-                  "a rendezvous ping-pong wrote up to byte %zu only: its CHUNKs start over "
-                  "before byte %zu", far, far_look);
+    free(body);
+    down();
+}
+END_TEST
+
+/* A rendezvous ping-pong starts over too, once past look_far, and not
+ * before: each message is a short record (the RTS), two CHUNKs written
+ * back to back, then the IMM, and the next message comes once all of it
+ * was read; CHUNKs of 16, 32 and 64 KiB. The RTS and the IMM are short
+ * records, which would start over at an SHM_HOT boundary with the reader
+ * less than SHM_HOT / 2 behind (a CHUNK of 16 KiB): then the writes stay
+ * within the first messages and the check that they reach look_far
+ * fails; without the look of long records they sweep the whole ring and
+ * the other check fails. Every byte still arrives where its CHUNK says.
+ * look_far is set to a quarter of the ring, whatever this machine's
+ * caches chose. */
+START_TEST(test_shm_rendezvous_pingpong_goes_far)
+{
+    up(&srv_shm_ops);
+    size_t ring = srv_shm_test_ring_bytes(be), far_look = ring / 4;
+    srv_shm_test_set_look_far(be, far_look);
+    static const size_t chunks[] = {16 << 10, 32 << 10, 64 << 10};
+    enum { MSG_MAX = 2 * (64 << 10) };
+    /* else the ring bounds it anyway */
+    ck_assert_uint_ge(ring, far_look + 8 * (size_t)MSG_MAX);
+    unsigned char *dst = malloc(MSG_MAX), *src = malloc(MSG_MAX);
+    srv_mr mr;
+    void *h;
+    ck_assert_int_eq(ops->mr_reg(be, dst, MSG_MAX, &mr, &h), MPIV_SUCCESS);
+    uint64_t b = (uint64_t)(uintptr_t)dst;
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        size_t chunk = chunks[c], msg = 2 * chunk, far = 0;
+        /* a lap and a quarter of the ring */
+        int rounds = (int)(5 * ring / 4 / msg);
+        for (int r = 0; r < rounds; r++) {
+            memset(src, r + 1, msg);
+            struct srv_cqe ev[4];
+            ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_MSG, 8, 0, 0, 0, "rts-rts-", 8),
+                             MPIV_SUCCESS);
+            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+            if (ops->release)
+                ops->release(be);
+            /* the reader copies each CHUNK out while the next is written,
+             * so it is one CHUNK behind when the IMM comes */
+            for (size_t off = 0; off < msg; off += chunk) {
+                if (off) {
+                    ck_assert_int_eq(ops->poll(be, ev, 4), 0);
+                    if (ops->release)
+                        ops->release(be);
+                }
+                ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_CHUNK, (uint32_t)chunk, 0,
+                                                      b + off, 0, src + off, chunk),
+                                 MPIV_SUCCESS);
+                size_t end = (size_t)(srv_shm_test_tail(be, 0) % ring);
+                if (end > far)
+                    far = end;
+            }
+            ck_assert_int_eq(srv_shm_test_put_rec(be, 0, CELL_IMM, (uint32_t)msg, 0, 0,
+                                                  (uint32_t)r, NULL, 0),
+                             MPIV_SUCCESS);
+            size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
+            if (off > far)
+                far = off;
+            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+            ck_assert_int_eq(ev[0].kind, SRV_CQE_IMM);
+            ck_assert_int_eq(ev[0].err, MPIV_SUCCESS);
+            ck_assert_uint_eq(ev[0].imm, (uint32_t)r);
+            ck_assert_msg(dst[0] == (unsigned char)(r + 1) &&
+                              dst[msg - 1] == (unsigned char)(r + 1),
+                          "CHUNKs of %zu bytes, round %d: the bytes did not arrive", chunk, r);
+        }
+        ck_assert_msg(far <= far_look + 2 * msg,
+                      "a rendezvous ping-pong with CHUNKs of %zu bytes wrote up to byte %zu of "
+                      "a %zu-byte ring (its CHUNKs look from byte %zu on)",
+                      chunk, far, ring, far_look);
+        ck_assert_msg(far >= far_look,
+                      "a rendezvous ping-pong with CHUNKs of %zu bytes wrote up to byte %zu "
+                      "only: it starts over before byte %zu", chunk, far, far_look);
+    }
+    ck_assert_uint_eq(srv_shm_test_dropped(be), 0);
     ops->mr_dereg(be, h);
     free(src);
     free(dst);
@@ -1277,8 +1366,9 @@ static Suite *srv_backends_suite(void)
     tcase_add_loop_test(shm, test_shm_copy_ways, 0, 3);
     tcase_add_test(shm, test_shm_copy_rule);
     tcase_add_test(shm, test_shm_pingpong_stays_hot);
-    tcase_add_test(shm, test_shm_pingpong_stays_near);
-    tcase_add_test(shm, test_shm_rendezvous_pingpong_stays_hot);
+    tcase_add_test(shm, test_shm_small_ring_pingpong_stays_near);
+    tcase_add_test(shm, test_shm_long_pingpong_goes_far);
+    tcase_add_test(shm, test_shm_rendezvous_pingpong_goes_far);
     tcase_add_test(shm, test_shm_burst_has_the_whole_ring);
     tcase_add_test(shm, test_shm_sender_asks_ahead_of_read_lines_only);
     tcase_add_test(shm, test_shm_long_record_leaves_a_gap);
