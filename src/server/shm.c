@@ -336,8 +336,9 @@ struct shm_out {
     uint64_t seen_head;    /* the last head of the ring we read (it only
                               grows), so a send that fits reads no line of
                               the receiver                                 */
-    uint64_t hot_check;    /* the tail at which the next record looks
-                              whether it may start over (rec_begin)        */
+    uint64_t hot_check;    /* the tail at which the next short record looks
+                              whether it may start over (rec_begin); a long
+                              one in a long ring moves it on (be->far)     */
     uint64_t ahead;        /* the position up to which the ring's lines
                               were asked for (rec_begin)                   */
     struct shm_copy_choice copy; /* how long payloads are copied in
@@ -469,7 +470,11 @@ static void shm_finalize(struct srv_backend *be);
  * none, twice SHM_LOOK_FAR_MIN. */
 static size_t look_far_bytes(void)
 {
+#ifdef _SC_LEVEL2_CACHE_SIZE /* a glibc extension */
     long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#else
+    long l2 = 0;
+#endif
     size_t far = l2 > 0 ? 2 * (size_t)l2 : 2 * SHM_LOOK_FAR_MIN;
     if (far < SHM_LOOK_FAR_MIN)
         return SHM_LOOK_FAR_MIN;
@@ -1293,7 +1298,7 @@ static int shm_rdma_write_imm(struct srv_backend *be, struct srv_rdma_op *op)
             return MPIV_SUCCESS; /* its error completion follows; no IMM */
         }
     }
-    size_t chunk_max = op->len / SHM_CHUNK_PIECES;
+    size_t chunk_max = op->len / SHM_CHUNK_PIECES & ~(size_t)63; /* whole lines */
     if (chunk_max < SHM_CHUNK_MIN)
         chunk_max = SHM_CHUNK_MIN;
     if (chunk_max > SHM_CHUNK)
