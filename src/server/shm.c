@@ -1701,7 +1701,6 @@ void srv_shm_test_set_tail(struct srv_backend *be, int peer, uint64_t add)
 size_t srv_shm_test_ring_bytes(struct srv_backend *be) { return (size_t)be->ring_bytes; }
 
 size_t srv_shm_test_hot_bytes(void) { return SHM_HOT; }
-size_t srv_shm_test_look_far_bytes(struct srv_backend *be) { return be->look_far; }
 size_t srv_shm_test_look_long_bytes(void) { return SHM_LOOK_LONG; }
 void srv_shm_test_set_look_far(struct srv_backend *be, size_t bytes)
 {

@@ -35,12 +35,11 @@ size_t srv_shm_test_ring_bytes(struct srv_backend *be);
  * and the tail (bytes written so far) of our ring at `peer`. */
 size_t srv_shm_test_hot_bytes(void);
 size_t srv_shm_test_near_bytes(void);
-/* shm: where a record of SHM_LOOK_LONG bytes or more (a 2 KiB message, a
- * CHUNK) starts to look whether the ring may start over (be->look_far),
- * the shortest such record, and a look_far for a test to use (0: back to
- * the one the machine's caches chose; the ring must be at least half as
- * long for long records to look there, shm.c). */
-size_t srv_shm_test_look_far_bytes(struct srv_backend *be);
+/* shm: the shortest record that looks whether the ring may start over
+ * only once past look_far (SHM_LOOK_LONG: a 2 KiB message, a CHUNK), and
+ * a look_far for a test to use (0: back to the one the machine's caches
+ * chose; the ring must be at least half as long for long records to look
+ * there, shm.c). */
 size_t srv_shm_test_look_long_bytes(void);
 void srv_shm_test_set_look_far(struct srv_backend *be, size_t bytes);
 uint64_t srv_shm_test_tail(struct srv_backend *be, int peer);

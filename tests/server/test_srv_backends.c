@@ -683,6 +683,33 @@ START_TEST(test_shm_short_records)
 }
 END_TEST
 
+/* One message of a ping-pong through our own ring: a header of
+ * PINGPONG_HDR bytes that starts with `i`, and len bytes of body (i's low
+ * byte), sent, then taken back off the ring and checked byte by byte. */
+enum { PINGPONG_HDR = 32 };
+static void pingpong_message(uint32_t i, size_t len, unsigned char *body)
+{
+    unsigned char hdr[PINGPONG_HDR] = {0};
+    memcpy(hdr, &i, sizeof i);
+    memset(body, (int)(i & 0xff), len);
+    ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
+    struct srv_cqe ev[1];
+    ck_assert_int_eq(poll_n(ev, 1, 1), 1);
+    ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
+    ck_assert_uint_eq(ev[0].len, PINGPONG_HDR + len);
+    uint32_t seq;
+    memcpy(&seq, ev[0].data, sizeof seq);
+    ck_assert_uint_eq(seq, i);
+    size_t bad = len;
+    for (size_t k = 0; k < len && bad == len; k++)
+        if (ev[0].data[PINGPONG_HDR + k] != (i & 0xff))
+            bad = k;
+    ck_assert_msg(bad == len, "%zu-byte message %u: byte %zu is wrong", len, i, bad);
+    ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
+    if (ops->release)
+        ops->release(be);
+}
+
 /* In a ring of 256 KiB (MPIV_SHM_RING; the default from 32 ranks on),
  * shorter than half of any look_far, once a look found the ring empty, a
  * ping-pong of long records starts over at each SHM_NEAR bytes, not
@@ -702,39 +729,20 @@ START_TEST(test_shm_small_ring_pingpong_stays_near)
     ck_assert_uint_eq(ring, 262144);
     ck_assert_uint_lt(near, hot);
     static const size_t sizes[] = {2048, 4096, 8192};
-    enum { HDR = 32 };
-    unsigned char hdr[HDR] = {0}, *body = malloc(8192);
+    unsigned char *body = malloc(8192);
     ck_assert_ptr_nonnull(body);
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         size_t len = sizes[z], far = 0, span = 0;
         uint64_t start = srv_shm_test_tail(be, 0);
         uint32_t records = (uint32_t)(5 * ring / 4 / (len + 64));
         for (uint32_t i = 0; i < records; i++) {
-            memcpy(hdr, &i, sizeof i);
-            memset(body, (int)(i & 0xff), len);
             uint64_t before = srv_shm_test_tail(be, 0);
-            ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
-            uint64_t after = srv_shm_test_tail(be, 0);
-            size_t off = (size_t)(after % ring);
+            pingpong_message(i, len, body);
+            size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
             if (before - start >= 2 * hot && off > far)
                 far = off;
             if (off && (span == 0 || off < span))
                 span = off; /* where a record at the start of the ring ends */
-            struct srv_cqe ev[1];
-            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
-            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
-            ck_assert_uint_eq(ev[0].len, HDR + len);
-            uint32_t seq;
-            memcpy(&seq, ev[0].data, sizeof seq);
-            ck_assert_uint_eq(seq, i);
-            size_t bad = len;
-            for (size_t k = 0; k < len && bad == len; k++)
-                if (ev[0].data[HDR + k] != (i & 0xff))
-                    bad = k;
-            ck_assert_msg(bad == len, "%zu-byte message %u: byte %zu is wrong", len, i, bad);
-            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
-            if (ops->release)
-                ops->release(be);
         }
         ck_assert_uint_gt(span, 0);
         ck_assert_msg(far <= near + span,
@@ -746,7 +754,6 @@ START_TEST(test_shm_small_ring_pingpong_stays_near)
     down();
 }
 END_TEST
-
 
 /* A ping-pong of long records (SHM_LOOK_LONG bytes or more: messages of
  * 2 to 16 KiB) never starts over before look_far, and does once past it:
@@ -765,20 +772,17 @@ START_TEST(test_shm_long_pingpong_goes_far)
     ck_assert_uint_ge(far_look, 4 * srv_shm_test_hot_bytes());
     ck_assert_uint_le(srv_shm_test_look_long_bytes(), 2048); /* every size below is long */
     static const size_t sizes[] = {2048, 4096, 8192, 16384};
-    enum { HDR = 32 };
-    unsigned char hdr[HDR] = {0}, *body = malloc(16384);
+    unsigned char *body = malloc(16384);
     ck_assert_ptr_nonnull(body);
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         /* a record's span: header, payload, stamp's copy and gap, rounded
          * up to lines, is less than this */
-        size_t len = sizes[z], span = HDR + len + 1024;
+        size_t len = sizes[z], span = PINGPONG_HDR + len + 1024;
         size_t prev = (size_t)(srv_shm_test_tail(be, 0) % ring);
         int overs = 0;
         uint32_t records = (uint32_t)(5 * ring / 4 / (len + 64));
         for (uint32_t i = 0; i < records; i++) {
-            memcpy(hdr, &i, sizeof i);
-            memset(body, (int)(i & 0xff), len);
-            ck_assert_int_eq(ops->send_inline(be, 0, hdr, sizeof hdr, body, len), SRV_DONE);
+            pingpong_message(i, len, body);
             size_t off = (size_t)(srv_shm_test_tail(be, 0) % ring);
             if (off < prev) { /* started over (or wrapped at the ring's end) */
                 ck_assert_msg(prev >= far_look && prev <= far_look + 2 * span,
@@ -788,21 +792,6 @@ START_TEST(test_shm_long_pingpong_goes_far)
                 overs++;
             }
             prev = off;
-            struct srv_cqe ev[1];
-            ck_assert_int_eq(poll_n(ev, 1, 1), 1);
-            ck_assert_int_eq(ev[0].kind, SRV_CQE_RECV);
-            ck_assert_uint_eq(ev[0].len, HDR + len);
-            uint32_t seq;
-            memcpy(&seq, ev[0].data, sizeof seq);
-            ck_assert_uint_eq(seq, i);
-            size_t bad = len;
-            for (size_t k = 0; k < len && bad == len; k++)
-                if (ev[0].data[HDR + k] != (i & 0xff))
-                    bad = k;
-            ck_assert_msg(bad == len, "%zu-byte message %u: byte %zu is wrong", len, i, bad);
-            ck_assert_int_eq(ops->post_recv(be, ev[0].p), MPIV_SUCCESS);
-            if (ops->release)
-                ops->release(be);
         }
         ck_assert_msg(overs > 0, "a ping-pong of %zu-byte messages never started over", len);
     }
