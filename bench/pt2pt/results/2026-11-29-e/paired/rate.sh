@@ -1,9 +1,9 @@
 #!/bin/bash
 # rate.sh ROUNDS variants...: anchor msg/s of pt2pt_mt_msgrate -p 1, variants in turn
 n=$1; shift
-probe() { /work/main/build/bench/pt2pt/pt2pt_ring_copy 1024 56 100000 2>/dev/null | sed -n 's/.*: \([0-9.]*\) ns a record.*/\1/p'; }
+. "$(dirname "$0")/phase.sh"
 for i in $(seq 1 $n); do
-  p=$(probe); for w in $(seq 1 60); do [ "${p%.*}" -lt 200 ] && break; sleep 10; p=$(probe); done
+  calm 60
   line="round $i probe $p |"
   for v in "$@"; do
     IFS='|' read -r name b envs <<<"$v"

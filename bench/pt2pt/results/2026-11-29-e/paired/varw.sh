@@ -7,10 +7,9 @@
 # before and after each round. TH=pthread runs from a pthread; XT passes
 # more options (XT="-T 0.2").
 n=$1 m=$2 bench=$3; shift 3
-probe() { /work/main/build/bench/pt2pt/pt2pt_ring_copy 1024 56 100000 2>/dev/null | sed -n 's/.*: \([0-9.]*\) ns a record.*/\1/p'; }
+. "$(dirname "$0")/phase.sh"
 for i in $(seq 1 "$n"); do
-  p=$(probe)
-  for w in $(seq 1 "${MAXWAIT:-120}"); do [ "${p%.*}" -lt 200 ] && break; sleep 10; p=$(probe); done
+  calm "${MAXWAIT:-120}"
   echo "round $i probe $p"
   for v in "$@"; do
     IFS='|' read -r name b envs <<<"$v"
