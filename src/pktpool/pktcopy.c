@@ -111,8 +111,26 @@ static pkt_t *pc_take(struct pc_class *k, size_t cell)
     return p;
 }
 
+/* pkt_copy_test_fail's count of allocations left to fail. */
+static _Atomic unsigned pc_fail;
+
+void pkt_copy_test_fail(unsigned n) { atomic_store_explicit(&pc_fail, n, memory_order_relaxed); }
+
+/* Whether this allocation is one pkt_copy_test_fail asked to fail. */
+static bool pc_fail_now(void)
+{
+    /* relaxed: a test's knob, set before the traffic it aims at */
+    unsigned n = atomic_load_explicit(&pc_fail, memory_order_relaxed);
+    while (n && !atomic_compare_exchange_weak_explicit(&pc_fail, &n, n - 1, memory_order_relaxed,
+                                                       memory_order_relaxed))
+        ;
+    return n != 0;
+}
+
 pkt_t *pkt_copy_alloc(size_t len)
 {
+    if (util_unlikely(pc_fail_now()))
+        return NULL;
     if (len > PKT_COPY_SMALL_MAX) {
         if (len > SIZE_MAX - sizeof(pkt_t) - PC_LINE)
             return NULL;

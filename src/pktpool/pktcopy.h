@@ -1,8 +1,9 @@
 /*
  * pktcopy.h — packet-shaped blocks on the heap, for copies of packets that
  * must outlive the packet: a send waiting in the server's queue (server.c,
- * Q1) and an early message held past the pool's share for unexpected
- * messages (p2p.c, I5).
+ * Q1), and an early message: one lent in place by the transport (shm)
+ * always, one that came in a pool packet past the pool's share for
+ * unexpected messages (p2p.c, I5).
  *
  * A block is a pkt_t (64-byte aligned, its 64-byte header) with room for
  * at least `len` data bytes. Small blocks (up to PKT_COPY_SMALL_MAX data
@@ -29,6 +30,10 @@ pkt_t *pkt_copy_alloc(size_t len);
 /* Gives back a block of pkt_copy_alloc(len) (NULL: nothing). Under
  * AddressSanitizer a block given back twice is fatal. */
 void pkt_copy_free(pkt_t *p, size_t len);
+
+/* Tests only: the next n calls of pkt_copy_alloc return NULL, as when
+ * out of memory (0: none fail). */
+void pkt_copy_test_fail(unsigned n);
 
 /* Blocks held now (taken and not given back), over all sizes. */
 size_t pkt_copy_held(void);

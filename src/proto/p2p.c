@@ -113,7 +113,9 @@
  *     once. So a sender always finds packets that only sends hold, and
  *     sends give theirs back without waiting for anything. A heap RTS is
  *     turned back into a pool packet for its RTR by the receiving thread
- *     that matches it.
+ *     that matches it. An EAGER message lent in place (shm) holds no pool
+ *     packet while a heap block can be had: it waits in one from the start
+ *     (on_eager_data).
  *  I6 Flow control: a rank sends another at most proto.credit_max bytes of
  *     eager messages (counted with their headers) that the receiver has not
  *     consumed, not counting those whose payload is no larger than an RTS
@@ -1013,9 +1015,16 @@ void proto_on_packet(pkt_t *p)
 
 /* Server: an EAGER message lent in place (h: its decoded header, payload:
  * its h->size bytes, valid until we return). A receive waiting for it gets
- * it straight from there, else a copy waits in the table: in `spare` if it
- * fits a packet (returns true: spare is taken), else in a heap block
- * shaped like one (I5's form; bounded by eager credit, I6). */
+ * it straight from there, else a copy waits in the table, in a heap block
+ * shaped like a packet (I5's form; bounded by eager credit, I6), not in
+ * the pool packet lent beside it (`spare`). Why: the message is copied
+ * either way, and a copy takes the few lines it needs from pktcopy's
+ * dense cells, while a held pool packet made the server post a fresh
+ * one, and the first use of each fresh packet is a page fault (packets
+ * are a page or more apart): with the default pool, hundreds of faults
+ * (I5's half of it) for a job's first early messages (docs/perf/sched.md,
+ * "Early messages in heap copies"). Only when no heap block can be had
+ * does a message that fits go into spare (returns true: spare is taken). */
 static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payload, int src,
                           pkt_t *spare)
 {
@@ -1029,7 +1038,8 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
     }
     /* HT_DEFER: a wildcard receive waits, the copy below goes in order */
     size_t len = sizeof *h + (size_t)h->size;
-    if (len <= pkt_data_size(proto.pool)) {
+    pkt_t *copy = heap_copy_new(len);
+    if (!copy && len <= pkt_data_size(proto.pool)) {
         memcpy(spare->data, h, sizeof *h);
         memcpy(spare->data + sizeof *h, payload, (size_t)h->size);
         spare->len = (uint32_t)len;
@@ -1037,7 +1047,6 @@ static bool on_eager_data(const struct proto_hdr *h, const unsigned char *payloa
         on_eager_or_rts(spare); /* matches a receive posted meanwhile */
         return true;
     }
-    pkt_t *copy = heap_copy_new(len);
     if (!copy)
         util_fatal("out of memory for a %zu-byte message from rank %d", (size_t)h->size, src);
     memcpy(copy->data, h, sizeof *h);

@@ -3,7 +3,7 @@
  * receives. On shm a message up to proto_eager_max (MPIV_SHM_EAGER_LIMIT)
  * is copied by the sender straight into the receiver's ring, and by the
  * receiver's server straight into a receive that waits for it (or into a
- * packet, or a heap copy above a packet's size, that waits in the table).
+ * heap copy that waits in the table).
  *
  *  - every size around the packet's eager limit and the shm eager limit,
  *    receive posted first and message first, data and status checked;
@@ -14,6 +14,10 @@
  *    order kept;
  *  - a flood of tiny messages (no larger than an RTS body), three
  *    credits' worth, before any receive is posted: all go eagerly;
+ *  - more early messages than pool packets may hold (I5), each under a
+ *    tag of its own: on shm none holds a packet (heap copies), and all
+ *    arrive whole; with no heap block to be had, each waits in its lent
+ *    packet instead;
  *  - a full ring: the receiver's server is held up (a fault hook that
  *    sleeps) while the sender sends a burst larger than the ring; what
  *    does not fit goes through the server's queue or as an RTS, and
@@ -60,6 +64,7 @@
 #include "common/test_data.h"
 #include "common/test_mpiv.h"
 #include "mpiv.h"
+#include "pktpool/pktcopy.h"
 #include "proto/proto.h"
 #include "sched/sched.h"
 #include "server/srv_int.h"
@@ -320,6 +325,89 @@ START_TEST(tiny_flood_needs_no_credit)
     ck_assert_msg(me != 0 || st.eager_as_rts == st0.eager_as_rts,
                   "%llu of %d tiny sends went as RTS",
                   (unsigned long long)(st.eager_as_rts - st0.eager_as_rts), n);
+}
+END_TEST
+
+/* Early messages lent by the transport (shm) wait in heap copies, not in
+ * pool packets (on_eager_data): more of them than I5 lets packets hold,
+ * each under a tag of its own, sent before the receiver posts anything,
+ * leave every pool packet free once all are in; then each is received
+ * whole. Were they kept in packets, the server would post a fresh packet
+ * for each, and the first use of each fresh packet is a page fault. The
+ * messages are 8-16 bytes, which take no eager credit (I6), so that the
+ * tests after this one find the sender's credit whole. */
+static size_t early_size(int i) { return 8 + (size_t)(i % 9); }
+
+static void early_fill(unsigned char *m, int i, int tag)
+{
+    fill(m, early_size(i), (unsigned)i);
+    memcpy(m, &i, 4);
+    memcpy(m + 4, &tag, 4);
+}
+
+/* Sends n early messages (as above) and receives them; returns how many
+ * pool packets rank 1 held once all were in (-1 on rank 0). With `fail`,
+ * rank 1's next that many heap blocks cannot be had (pktcopy's test
+ * knob), as when out of memory. */
+static long early_stream(int n, unsigned fail)
+{
+    const int tag0 = 20000;
+    unsigned char *b = malloc((size_t)n * 16);
+    ck_assert(b);
+    if (me == 1)
+        pkt_copy_test_fail(fail);
+    OK(mpiv_barrier());
+    long held = -1;
+    int first_bad = -1;
+    if (me == 0) {
+        for (int i = 0; i < n; i++) {
+            early_fill(b + (size_t)i * 16, i, tag0 + i);
+            OK(mpiv_send(b + (size_t)i * 16, early_size(i), 1, tag0 + i));
+        }
+        OK(mpiv_barrier());
+    } else {
+        OK(mpiv_barrier());
+        /* one ring keeps its order: the last one in means all are */
+        mpiv_status_t st;
+        OK(mpiv_probe(0, tag0 + n - 1, &st));
+        held = atomic_load(&proto.unexpected);
+        pkt_copy_test_fail(0);
+        for (int i = n - 1; i >= 0; i--) {
+            unsigned char m[16], want[16];
+            memset(m, 0, sizeof m);
+            OK(mpiv_recv(m, sizeof m, 0, tag0 + i, &st));
+            early_fill(want, i, tag0 + i);
+            if (first_bad < 0 && (st.size != early_size(i) || memcmp(m, want, st.size) != 0))
+                first_bad = i;
+        }
+    }
+    free(b);
+    OK(mpiv_barrier());
+    ck_assert_msg(first_bad < 0, "early message %d came wrong", first_bad);
+    if (me == 1)
+        ck_assert_int_eq(atomic_load(&proto.unexpected), 0);
+    return held;
+}
+
+START_TEST(early_messages_hold_no_packets)
+{
+    trace("start early_messages_hold_no_packets");
+    const int n = (int)proto.unexpected_max + 64;
+    long held = early_stream(n, 0);
+    if (me == 1 && srv_inline_max(0) > 0) /* shm: arrivals are lent */
+        ck_assert_msg(held == 0, "%ld pool packets held %d early messages", held, n);
+}
+END_TEST
+
+/* The same when no heap block can be had: each early message waits in
+ * the pool packet lent with it instead, and still arrives whole. */
+START_TEST(early_messages_without_heap_use_packets)
+{
+    trace("start early_messages_without_heap_use_packets");
+    const int n = 40;
+    long held = early_stream(n, (unsigned)n);
+    if (me == 1 && srv_inline_max(0) > 0)
+        ck_assert_msg(held == n, "%ld pool packets held %d early messages", held, n);
 }
 END_TEST
 
@@ -1180,6 +1268,8 @@ static Suite *eager_suite(void)
     tcase_add_test(tc, truncation_direct);
     tcase_add_test(tc, small_flood_wraps);
     tcase_add_test(tc, tiny_flood_needs_no_credit);
+    tcase_add_test(tc, early_messages_hold_no_packets);
+    tcase_add_test(tc, early_messages_without_heap_use_packets);
     tcase_add_test(tc, full_ring_in_order);
     tcase_add_test(tc, rendezvous_streams);
     tcase_add_test(tc, one_message_ults_never_block);
