@@ -183,6 +183,11 @@ static _Atomic uint64_t n_matched_ahead;
 
 void proto_stats_drops(uint64_t out[PROTO_DROP_MAX_]);
 
+/* pthreads polling in poll_while_waiting without a server thread now,
+ * and waits that parked instead (proto_wait_pending). */
+static atomic_int pthread_pollers;
+static _Atomic uint64_t n_pthread_parks;
+
 void proto_get_stats(struct proto_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -197,6 +202,9 @@ void proto_get_stats(struct proto_stats *st)
     st->fins_received = atomic_load_explicit(&n_fins_received, memory_order_relaxed);
     st->copy_waits = atomic_load_explicit(&n_copy_waits, memory_order_relaxed);
     st->matched_ahead = atomic_load_explicit(&n_matched_ahead, memory_order_relaxed);
+    st->pthread_parks = atomic_load_explicit(&n_pthread_parks, memory_order_relaxed);
+    int pollers = atomic_load_explicit(&pthread_pollers, memory_order_relaxed);
+    st->pthread_pollers = pollers > 0 ? (uint64_t)pollers : 0;
 }
 
 /* --- completion (I1) ------------------------------------------------------- */
@@ -359,14 +367,48 @@ static void poll_while_waiting(struct mpiv_request *r, bool ult)
     }
 }
 
+/* Whether this pthread may poll for its request itself: while fewer than
+ * UTIL_IDLE_SHARED_NAPPERS do. Past that each poller only adds wake-ups
+ * (one poll serves all), and thousands of pthreads napping between polls
+ * on one core kept it busy switching between them, so that the threads
+ * they waited for hardly ran (docs/perf/sched.md, "Pthreads past a few
+ * park"). relaxed: a count that only chooses how to wait; either way
+ * someone polls (below). */
+static bool pthread_poller_enter(void)
+{
+    if (atomic_fetch_add_explicit(&pthread_pollers, 1, memory_order_relaxed) <
+        UTIL_IDLE_SHARED_NAPPERS)
+        return true;
+    atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
+    return false;
+}
+
+/* How r's caller waits. A ULT: polls in place while it is alone on its
+ * worker and no server thread runs, then blocks (sched_wait). A pthread
+ * where a server thread runs: spins and yields for a while, then sleeps
+ * on r. A pthread without a server thread: polls itself until r is done
+ * if fewer than UTIL_IDLE_SHARED_NAPPERS pthreads do; otherwise it parks,
+ * asleep on r, and worker 0 polls for it (sched_net_waiter_begin, N1 in
+ * sched.c), so whatever completes r wakes it and somebody always polls. */
 void proto_wait_pending(struct mpiv_request *r)
 {
     /* A waiter other than the bias's owner registers with a CAS that the
      * owner's plain signal would not see: it revokes the bias first. */
     util_bias_claim();
-    bool ult = sched_in_ult();
-    if (!ult || srv_inline())
-        poll_while_waiting(r, ult);
+    bool ult = sched_in_ult(), inl = srv_inline();
+    if (ult || !inl) {
+        if (!ult || inl)
+            poll_while_waiting(r, ult);
+    } else if (pthread_poller_enter()) {
+        poll_while_waiting(r, false);
+        atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&n_pthread_parks, 1, memory_order_relaxed); /* a statistic */
+        sched_net_waiter_begin();
+        sched_wait(&r->sync);
+        sched_net_waiter_end();
+        return;
+    }
     sched_wait(&r->sync);
 }
 

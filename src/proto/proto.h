@@ -129,6 +129,9 @@ struct proto_stats {
     uint64_t fins_received;   /* sends completed by a FIN (either status)  */
     uint64_t matched_ahead;   /* eager arrivals matched with the rest of their
                                  run under one key (proto_on_batch)         */
+    /* Pthreads waiting without a server thread (proto_wait_pending): */
+    uint64_t pthread_parks;   /* waits that parked (worker 0 polled for them) */
+    uint64_t pthread_pollers; /* pthreads polling for their request now      */
 };
 void proto_get_stats(struct proto_stats *st);
 

@@ -453,6 +453,20 @@ static bool has_live(struct sched_worker *w)
     return atomic_load_explicit(&w->live, memory_order_relaxed) > 0;
 }
 
+/* Whether w polls for pthreads parked on the network (sched_net_waiter_
+ * begin): worker 0 does while any is. A peek, as has_live; the sleep check
+ * loads it again, seq_cst. Invariant:
+ *   N1. While a pthread is between sched_net_waiter_begin and _end, worker
+ *       0 does not sleep in the kernel: begin counts it (seq_cst) and then
+ *       wakes worker 0 if it sleeps, and worker 0 stores sleeping (seq_cst)
+ *       and then loads the count, so either it sees the pthread counted
+ *       and keeps polling, or begin sees it asleep and wakes it. So with
+ *       idle_stay a parked pthread is always polled for. */
+static bool serves_net_waiters(struct sched_worker *w, memory_order mo)
+{
+    return w == sched_g.workers[0] && atomic_load_explicit(&sched_g.net_waiters, mo) > 0;
+}
+
 static void worker_loop(struct sched_worker *w)
 {
     for (;;) {
@@ -478,7 +492,8 @@ static void worker_loop(struct sched_worker *w)
          * for, and keeps out of the network, so that a program that
          * communicates from one pthread stays the only thread in it (the
          * one-thread fast path, util/bias.h). */
-        bool poll = !hook_is_progress() || has_live(w);
+        bool poll = !hook_is_progress() || has_live(w) ||
+                    serves_net_waiters(w, memory_order_relaxed);
         for (;;) {
             /* relaxed: a peek; the sweep's exchanges order */
             if (any_runnable(w, memory_order_relaxed)) {
@@ -494,7 +509,8 @@ static void worker_loop(struct sched_worker *w)
              * now on; and once the last ULT is joined nobody here waits
              * on the network any more (whether to stay up is asked
              * again too). */
-            bool p = !hook_is_progress() || has_live(w);
+            bool p = !hook_is_progress() || has_live(w) ||
+                     serves_net_waiters(w, memory_order_relaxed);
             if (p != poll) {
                 poll = p;
                 stay = -1;
@@ -520,13 +536,15 @@ static void worker_loop(struct sched_worker *w)
         if (found)
             continue;
         /* seq_cst: the Dekker pair with remote signallers (header top),
-         * and with sched_ult_start_on for a ULT counted live after this
-         * spell decided not to poll: it must not sleep while the hook is
-         * all that can wake that ULT */
+         * with sched_ult_start_on for a ULT counted live after this
+         * spell decided not to poll, and with sched_net_waiter_begin: it
+         * must not sleep while the hook is all that can wake that ULT or
+         * that pthread */
         atomic_store_explicit(&w->sleeping, 1, memory_order_seq_cst);
         if (any_runnable(w, memory_order_seq_cst) ||
             atomic_load_explicit(&w->stop, memory_order_seq_cst) ||
-            (hook_is_progress() && atomic_load_explicit(&w->live, memory_order_seq_cst) > 0)) {
+            (hook_is_progress() && (atomic_load_explicit(&w->live, memory_order_seq_cst) > 0 ||
+                                    serves_net_waiters(w, memory_order_seq_cst)))) {
             /* relaxed: nobody waits for this store */
             atomic_store_explicit(&w->sleeping, 0, memory_order_relaxed);
             continue;
@@ -544,6 +562,26 @@ static void worker_loop(struct sched_worker *w)
 void sched_set_idle_stay(bool on)
 {
     atomic_store_explicit(&sched_g.idle_stay, on, memory_order_relaxed);
+}
+
+void sched_net_waiter_begin(void)
+{
+    if (!sched_ready())
+        return;
+    /* seq_cst: the Dekker pair with worker 0's sleeping store and this
+     * count's load (worker_loop): either it sees us counted or we see it
+     * asleep and wake it */
+    atomic_fetch_add_explicit(&sched_g.net_waiters, 1, memory_order_seq_cst);
+    sched_wake_sleeper(sched_g.workers[0]);
+}
+
+void sched_net_waiter_end(void)
+{
+    if (!sched_ready())
+        return;
+    /* relaxed: only steers whether worker 0 keeps polling; a stale count
+     * keeps it up one more turn */
+    atomic_fetch_sub_explicit(&sched_g.net_waiters, 1, memory_order_relaxed);
 }
 
 void sched_set_idle_hook(sched_idle_hook fn)

@@ -145,6 +145,14 @@ void sched_set_idle_hook(sched_idle_hook fn);
  * wake its ULTs (network progress without a server thread); a worker
  * without live ULTs still sleeps until a spawn wakes it. */
 void sched_set_idle_stay(bool on);
+/* Around a pthread's block on a sched_sync that only network progress
+ * will signal, where no server thread polls (sched_set_idle_stay): while
+ * any such pthread is blocked, worker 0 polls through the idle hook
+ * between naps, as for live ULTs of its own, instead of sleeping in the
+ * kernel; begin wakes it if it sleeps. Each begin is paired with one end.
+ * (p2p.c parks the pthreads past the few that poll for themselves.) */
+void sched_net_waiter_begin(void);
+void sched_net_waiter_end(void);
 
 /* ULT stacks, summed over the workers: `made` carved ever (a worker
  * carves one only when its cache of free stacks is empty, so this is the

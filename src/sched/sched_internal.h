@@ -280,6 +280,9 @@ struct sched_global {
      * relaxed — a worker that sees it late only spins without it. */
     _Atomic(sched_idle_hook) idle_hook;
     atomic_bool idle_stay; /* sched_set_idle_stay */
+    /* pthreads blocked between sched_net_waiter_begin and _end: worker 0
+     * polls for them (worker_loop) */
+    atomic_int net_waiters;
     /* MPIV_WORKER_ANY from a pthread: round robin. A line of its own: a
      * pthread spawning a burst writes it at every spawn, and every thread
      * reads the fields above (ready, workers) at every call. */

@@ -347,6 +347,8 @@ bool sched_in_ult(void) { return false; }
 bool sched_ult_alone(void) { return false; }
 int sched_worker_id(void) { return -1; }
 void sched_yield_now(void) {}
+void sched_net_waiter_begin(void) { FAIL("sched_net_waiter_begin called: the harness never waits"); }
+void sched_net_waiter_end(void) {}
 
 /* --- registrations -------------------------------------------------------------- */
 

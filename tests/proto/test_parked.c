@@ -1,0 +1,182 @@
+/*
+ * Pthreads that wait past the few that poll (proto_wait_pending), 2 ranks
+ * with inline progress (MPIV_SERVER=inline, MPIV_WORKERS=1): no server
+ * thread polls, so pthreads waiting in receives poll themselves, at most
+ * UTIL_IDLE_SHARED_NAPPERS at once; the rest park, asleep on their
+ * request, and worker 0 polls for them (sched_net_waiter_begin, N1 in
+ * sched.c).
+ *   - the pollers are served first and leave, so that no pthread polls
+ *     any more: every parked one is still completed (worker 0 polls), and
+ *     each gets its own message;
+ *   - many pthreads wait at once, more than the pollers by far, each for
+ *     a message of its own, while the sender sends in bursts: all arrive.
+ * A broken N1 shows as a hang, which mpiv_run's --timeout turns into a
+ * failure.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/check_main.h"
+#include "common/test_mpiv.h"
+#include "mpiv.h"
+#include "proto/proto.h"
+#include "util/util.h"
+
+static int me;
+
+/* One waiting pthread: receives its tag's message into val. */
+struct waiter {
+    pthread_t t;
+    int tag;
+    uint64_t val;
+    int rc;
+};
+
+static void *wait_one(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = mpiv_recv(&w->val, sizeof w->val, 0, w->tag, NULL);
+    return NULL;
+}
+
+static uint64_t value_of(int tag) { return 0x9e3779b97f4a7c15ull ^ (uint64_t)tag; }
+
+static void nap_ms(int ms)
+{
+    struct timespec ts = {0, (long)ms * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static struct proto_stats stats(void)
+{
+    struct proto_stats st;
+    proto_get_stats(&st);
+    return st;
+}
+
+/* Waits up to 10 s for the stats to satisfy pred; false if they never did. */
+static bool stats_reach(bool (*pred)(const struct proto_stats *, uint64_t), uint64_t arg)
+{
+    for (int i = 0; i < 10000; i++) {
+        struct proto_stats st = stats();
+        if (pred(&st, arg))
+            return true;
+        nap_ms(1);
+    }
+    return false;
+}
+
+static bool pollers_are(const struct proto_stats *st, uint64_t n) { return st->pthread_pollers == n; }
+static bool parks_reach(const struct proto_stats *st, uint64_t n) { return st->pthread_parks >= n; }
+
+START_TEST(parked_are_served_after_the_pollers_leave)
+{
+    const int pollers = UTIL_IDLE_SHARED_NAPPERS, parked = 28, n = pollers + parked;
+    struct waiter *w = calloc((size_t)n, sizeof *w);
+    ck_assert_ptr_nonnull(w);
+    uint64_t parks0 = stats().pthread_parks;
+    if (me == 1) {
+        /* the first few take every poller's place, the rest park */
+        for (int i = 0; i < n; i++) {
+            w[i].tag = 100 + i;
+            ck_assert_int_eq(pthread_create(&w[i].t, NULL, wait_one, &w[i]), 0);
+            if (i == pollers - 1)
+                ck_assert_msg(stats_reach(pollers_are, (uint64_t)pollers),
+                              "%d pthreads waiting, not all polling", pollers);
+        }
+        ck_assert_msg(stats_reach(parks_reach, parks0 + (uint64_t)parked),
+                      "%d pthreads past the pollers did not park", parked);
+    }
+    OK(mpiv_barrier());
+    /* the pollers' messages: they complete and leave */
+    if (me == 0)
+        for (int i = 0; i < pollers; i++) {
+            uint64_t v = value_of(100 + i);
+            OK(mpiv_send(&v, sizeof v, 1, 100 + i));
+        }
+    if (me == 1) {
+        for (int i = 0; i < pollers; i++)
+            ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
+        ck_assert_msg(stats_reach(pollers_are, 0), "a pthread still polls");
+    }
+    OK(mpiv_barrier());
+    /* now only worker 0 polls rank 1's network (main is in pthread_join) */
+    if (me == 0)
+        for (int i = pollers; i < n; i++) {
+            uint64_t v = value_of(100 + i);
+            OK(mpiv_send(&v, sizeof v, 1, 100 + i));
+        }
+    if (me == 1)
+        for (int i = pollers; i < n; i++)
+            ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
+    if (me == 1)
+        for (int i = 0; i < n; i++) {
+            ck_assert_int_eq(w[i].rc, MPIV_SUCCESS);
+            ck_assert_msg(w[i].val == value_of(w[i].tag), "pthread %d got another message", i);
+        }
+    free(w);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+START_TEST(many_waiters_in_bursts)
+{
+    const int n = 256, burst = 16;
+    struct waiter *w = calloc((size_t)n, sizeof *w);
+    ck_assert_ptr_nonnull(w);
+    uint64_t parks0 = stats().pthread_parks;
+    if (me == 1)
+        for (int i = 0; i < n; i++) {
+            w[i].tag = 1000 + i;
+            ck_assert_int_eq(pthread_create(&w[i].t, NULL, wait_one, &w[i]), 0);
+        }
+    OK(mpiv_barrier());
+    if (me == 0)
+        for (int i = 0; i < n; i++) {
+            /* from the last: the pthreads created last are the likeliest
+             * to have parked */
+            uint64_t v = value_of(1000 + n - 1 - i);
+            OK(mpiv_send(&v, sizeof v, 1, 1000 + n - 1 - i));
+            if (i % burst == burst - 1)
+                nap_ms(2);
+        }
+    if (me == 1) {
+        for (int i = 0; i < n; i++) {
+            ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
+            ck_assert_int_eq(w[i].rc, MPIV_SUCCESS);
+            ck_assert_msg(w[i].val == value_of(w[i].tag), "pthread %d got another message", i);
+        }
+        ck_assert_msg(stats().pthread_parks > parks0, "no waiting pthread parked");
+    }
+    free(w);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+static int parked_init(int *argc, char ***argv)
+{
+    if (test_mpiv_init(argc, argv))
+        return 1;
+    me = mpiv_rank();
+    return mpiv_size() == 2 ? 0 : 2;
+}
+
+static Suite *parked_suite(void)
+{
+    Suite *s = suite_create("parked");
+    TCase *tc = tcase_create("parked");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, parked_are_served_after_the_pollers_leave);
+    tcase_add_test(tc, many_waiters_in_bursts);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+static bool parked_quiet(void) { return me != 0; }
+
+CHECK_MAIN(.suite = parked_suite, .fork = CK_NOFORK, .init = parked_init, .quiet = parked_quiet,
+           .fini = test_mpiv_fini);
