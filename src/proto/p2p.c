@@ -368,28 +368,84 @@ static void poll_while_waiting(struct mpiv_request *r, bool ult)
 }
 
 /* Whether this pthread may poll for its request itself: while fewer than
- * UTIL_IDLE_SHARED_NAPPERS do. Past that each poller only adds wake-ups
- * (one poll serves all), and thousands of pthreads napping between polls
- * on one core kept it busy switching between them, so that the threads
- * they waited for hardly ran (docs/perf/sched.md, "Pthreads past a few
- * park"). relaxed: a count that only chooses how to wait; either way
- * someone polls (below). */
+ * PROTO_PTHREAD_POLLERS do. Past that each poller only adds wake-ups (one
+ * poll serves all), and thousands of pthreads napping between polls on
+ * one core kept it busy switching between them, so that the threads they
+ * waited for hardly ran. Why not fewer: a parked pthread costs a futex
+ * wake when its request completes, and eight pthreads ping-ponging
+ * windows of messages lost their faster mode with four of them parked
+ * (docs/perf/sched.md, "Pthreads past a few park"). relaxed: a count that
+ * only chooses how to wait; either way someone polls (below). */
 static bool pthread_poller_enter(void)
 {
     if (atomic_fetch_add_explicit(&pthread_pollers, 1, memory_order_relaxed) <
-        UTIL_IDLE_SHARED_NAPPERS)
+        PROTO_PTHREAD_POLLERS)
         return true;
     atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
     return false;
+}
+
+/* How long a parked pthread sleeps before it looks for itself: while
+ * worker 0 runs a ULT that does not yield (a long computation, a spin on
+ * a flag that pthreads set) nobody but the pollers polls, and they may
+ * all have left. PROTO_PARK_NS per UTIL_IDLE_SHARED_NAPPERS pthreads
+ * parked at once, so that thousands of them wake about as often as a few
+ * (the reason they park), up to PROTO_PARK_MAX_NS. */
+#define PROTO_PARK_NS UINT64_C(1000000)
+#define PROTO_PARK_MAX_NS UINT64_C(1000000000)
+/* Parked pthreads first yield their core a while, as sched_wait does, so
+ * that a wait that ends soon costs no sleep in the kernel, while at most
+ * this many are parked: with thousands, each yield only hands the core to
+ * another of them, and the threads they wait for (the one creating them)
+ * hardly ran (docs/perf/sched.md, "Pthreads past a few park"). */
+#define PROTO_PARK_YIELD_MAX 64
+static atomic_int pthreads_parked;
+
+static uint64_t park_ns(int parked)
+{
+    uint64_t k = parked > UTIL_IDLE_SHARED_NAPPERS ? (uint64_t)parked / UTIL_IDLE_SHARED_NAPPERS : 1;
+    return k >= PROTO_PARK_MAX_NS / PROTO_PARK_NS ? PROTO_PARK_MAX_NS : k * PROTO_PARK_NS;
+}
+
+/* A pthread's wait without a server thread, past the pollers: asleep on
+ * r, which whatever completes it wakes, while worker 0 polls for it
+ * (sched_net_waiter_begin, N1 in sched.c); and every park_ns it looks
+ * for itself: it takes a poller's place if one is free, else polls once.
+ * So r completes even while worker 0 cannot poll. */
+static void park_until_done(struct mpiv_request *r)
+{
+    atomic_fetch_add_explicit(&n_pthread_parks, 1, memory_order_relaxed); /* a statistic */
+    /* relaxed: counts that only size the sleeps */
+    int parked = atomic_fetch_add_explicit(&pthreads_parked, 1, memory_order_relaxed) + 1;
+    bool served = sched_net_waiter_begin();
+    for (;;) {
+        if (served && sched_wait_pthread_for(&r->sync, park_ns(parked),
+                                             parked <= PROTO_PARK_YIELD_MAX))
+            break; /* signalled, and consumed */
+        if (!served && (srv_progress(), sched_sync_signalled(&r->sync))) {
+            sched_wait(&r->sync); /* consumes it */
+            break;
+        }
+        if (pthread_poller_enter()) {
+            poll_while_waiting(r, false);
+            atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
+            sched_wait(&r->sync);
+            break;
+        }
+        srv_progress();
+        parked = atomic_load_explicit(&pthreads_parked, memory_order_relaxed);
+    }
+    if (served)
+        sched_net_waiter_end();
+    atomic_fetch_sub_explicit(&pthreads_parked, 1, memory_order_relaxed);
 }
 
 /* How r's caller waits. A ULT: polls in place while it is alone on its
  * worker and no server thread runs, then blocks (sched_wait). A pthread
  * where a server thread runs: spins and yields for a while, then sleeps
  * on r. A pthread without a server thread: polls itself until r is done
- * if fewer than UTIL_IDLE_SHARED_NAPPERS pthreads do; otherwise it parks,
- * asleep on r, and worker 0 polls for it (sched_net_waiter_begin, N1 in
- * sched.c), so whatever completes r wakes it and somebody always polls. */
+ * if fewer than PROTO_PTHREAD_POLLERS pthreads do; otherwise it parks
+ * (park_until_done). */
 void proto_wait_pending(struct mpiv_request *r)
 {
     /* A waiter other than the bias's owner registers with a CAS that the
@@ -403,10 +459,7 @@ void proto_wait_pending(struct mpiv_request *r)
         poll_while_waiting(r, false);
         atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
     } else {
-        atomic_fetch_add_explicit(&n_pthread_parks, 1, memory_order_relaxed); /* a statistic */
-        sched_net_waiter_begin();
-        sched_wait(&r->sync);
-        sched_net_waiter_end();
+        park_until_done(r);
         return;
     }
     sched_wait(&r->sync);

@@ -114,6 +114,10 @@ int proto_decode_data(const unsigned char *data, size_t len, int src, struct pro
 /* Counts one dropped packet or immediate and logs it (rate-limited). */
 void proto_count_drop(enum proto_drop why, int src, const char *what);
 
+/* Pthreads that poll for their own request at once without a server
+ * thread; the others park (p2p.c, proto_wait_pending). */
+#define PROTO_PTHREAD_POLLERS 8
+
 struct proto_stats {
     uint64_t dropped[PROTO_DROP_MAX_];
     uint64_t aborts_sent, aborts_received;
@@ -131,7 +135,9 @@ struct proto_stats {
                                  run under one key (proto_on_batch)         */
     /* Pthreads waiting without a server thread (proto_wait_pending): */
     uint64_t pthread_parks;   /* waits that parked (worker 0 polled for them) */
-    uint64_t pthread_pollers; /* pthreads polling for their request now      */
+    uint64_t pthread_pollers; /* pthreads polling for their request now (one
+                                 or two more for a moment while others
+                                 find no place and back out)                */
 };
 void proto_get_stats(struct proto_stats *st);
 

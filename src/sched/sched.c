@@ -64,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "sched/sched_internal.h"
 #include "util/bias.h"
@@ -564,24 +565,70 @@ void sched_set_idle_stay(bool on)
     atomic_store_explicit(&sched_g.idle_stay, on, memory_order_relaxed);
 }
 
-void sched_net_waiter_begin(void)
+bool sched_net_waiter_begin(void)
 {
     if (!sched_ready())
-        return;
+        return false;
     /* seq_cst: the Dekker pair with worker 0's sleeping store and this
      * count's load (worker_loop): either it sees us counted or we see it
      * asleep and wake it */
     atomic_fetch_add_explicit(&sched_g.net_waiters, 1, memory_order_seq_cst);
     sched_wake_sleeper(sched_g.workers[0]);
+    return true;
 }
 
 void sched_net_waiter_end(void)
 {
-    if (!sched_ready())
-        return;
     /* relaxed: only steers whether worker 0 keeps polling; a stale count
      * keeps it up one more turn */
     atomic_fetch_sub_explicit(&sched_g.net_waiters, 1, memory_order_relaxed);
+}
+
+bool sched_wait_pthread_for(sched_sync *s, uint64_t ns, bool spin)
+{
+    uint64_t end = util_now_ns() + ns;
+    if (sched_wait_consumed(s))
+        return true;
+    struct sched_pwaiter p;
+    atomic_init(&p.flag, 0);
+    uintptr_t me = (uintptr_t)&p | SYNC_PTHREAD, old = 0;
+    /* as in sched_wait_pthread: release publishes p to the signaller,
+     * acquire on failure (state is 1) takes the signal's writes */
+    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, me, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        /* relaxed: only a signal could race, and it sees 1 and returns */
+        atomic_store_explicit(&s->state, 0, memory_order_relaxed);
+        return true;
+    }
+    /* a short wait is caught without the kernel, as sched_wait's */
+    if (spin && sched_pwaiter_spin(&p))
+        return true;
+    int expect = 0;
+    /* acquire: as sched_wait_pthread's (a failure means the flag is 1) */
+    if (!atomic_compare_exchange_strong_explicit(&p.flag, &expect, 2, memory_order_acquire,
+                                                 memory_order_acquire))
+        return true;
+    for (;;) {
+        /* acquire: pairs with the signaller's release exchange */
+        if (atomic_load_explicit(&p.flag, memory_order_acquire) != 2)
+            return true;
+        uint64_t now = util_now_ns();
+        if (now >= end)
+            break;
+        struct timespec ts = {(time_t)((end - now) / 1000000000u), (long)((end - now) % 1000000000u)};
+        syscall(SYS_futex, (int *)&p.flag, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, &ts, NULL, 0);
+    }
+    /* Time is up. Take p back from s, unless a signaller took it first
+     * (its CAS set state to 0): it then writes the flag, and p must live
+     * until it has. acq_rel: pairs with the registration above. */
+    if (atomic_compare_exchange_strong_explicit(&s->state, &me, 0, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return false;
+    /* acquire: as above, once the signaller's exchange wrote 1 (it saw 2,
+     * so it wakes us) */
+    while (atomic_load_explicit(&p.flag, memory_order_acquire) == 2)
+        sched_futex(&p.flag, FUTEX_WAIT, 2);
+    return true;
 }
 
 void sched_set_idle_hook(sched_idle_hook fn)
@@ -731,6 +778,7 @@ int sched_init(const struct util_config *cfg)
     long page = sysconf(_SC_PAGESIZE);
     /* relaxed: single-threaded here, published by the ready store below */
     atomic_store_explicit(&sched_g.closing, 0, memory_order_relaxed);
+    atomic_store_explicit(&sched_g.net_waiters, 0, memory_order_relaxed);
     sched_g.page = page > 0 ? (size_t)page : 4096;
     sched_g.nworkers = (int)cfg->workers;
     sched_g.max_ults = (uint32_t)cfg->max_ults;

@@ -149,10 +149,17 @@ void sched_set_idle_stay(bool on);
  * will signal, where no server thread polls (sched_set_idle_stay): while
  * any such pthread is blocked, worker 0 polls through the idle hook
  * between naps, as for live ULTs of its own, instead of sleeping in the
- * kernel; begin wakes it if it sleeps. Each begin is paired with one end.
+ * kernel; begin wakes it if it sleeps. begin returns false (and counts
+ * nothing) before sched_init; each true begin is paired with one end.
  * (p2p.c parks the pthreads past the few that poll for themselves.) */
-void sched_net_waiter_begin(void);
+bool sched_net_waiter_begin(void);
 void sched_net_waiter_end(void);
+/* From a pthread: sched_wait(s), but for at most about ns nanoseconds;
+ * with spin, first spinning or yielding as sched_wait does, else asleep
+ * in the kernel from the start. True once s was signalled (consumed as by
+ * sched_wait); false if the time passed first, leaving s as it was, with
+ * no waiter registered. */
+bool sched_wait_pthread_for(sched_sync *s, uint64_t ns, bool spin);
 
 /* ULT stacks, summed over the workers: `made` carved ever (a worker
  * carves one only when its cache of free stacks is empty, so this is the

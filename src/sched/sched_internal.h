@@ -491,6 +491,25 @@ static inline bool sched_wait_consumed(sched_sync *s)
     return sched_sync_consume(s);
 }
 
+/* A registered pthread waiter's wait before it sleeps in the kernel:
+ * spins, or where cores are scarce (idle_stay) yields its core, a while;
+ * true if the signal came meanwhile. */
+static inline bool sched_pwaiter_spin(struct sched_pwaiter *p)
+{
+    /* relaxed: a setting, fixed while threads wait */
+    bool scarce = atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed);
+    for (int i = 0, n = scarce ? SCHED_PTHREAD_YIELDS : SCHED_PTHREAD_SPINS; i < n; i++) {
+        /* acquire: pairs with the signaller's release exchange */
+        if (atomic_load_explicit(&p->flag, memory_order_acquire) == 1)
+            return true;
+        if (scarce)
+            sched_yield();
+        else
+            util_cpu_relax();
+    }
+    return false;
+}
+
 static inline void sched_wait_pthread(sched_sync *s)
 {
     if (sched_wait_consumed(s))
@@ -506,17 +525,8 @@ static inline void sched_wait_pthread(sched_sync *s)
         atomic_store_explicit(&s->state, 0, memory_order_relaxed);
         return;
     }
-    /* relaxed: a setting, fixed while threads wait */
-    bool scarce = atomic_load_explicit(&sched_g.idle_stay, memory_order_relaxed);
-    for (int i = 0, n = scarce ? SCHED_PTHREAD_YIELDS : SCHED_PTHREAD_SPINS; i < n; i++) {
-        /* acquire: pairs with the signaller's release exchange */
-        if (atomic_load_explicit(&p.flag, memory_order_acquire) == 1)
-            return;
-        if (scarce)
-            sched_yield();
-        else
-            util_cpu_relax();
-    }
+    if (sched_pwaiter_spin(&p))
+        return;
     int expect = 0;
     /* acquire (failure: the flag is 1, the signal's writes are ours;
      * success: a no-op, C11 forbids a weaker success order) */

@@ -347,8 +347,20 @@ bool sched_in_ult(void) { return false; }
 bool sched_ult_alone(void) { return false; }
 int sched_worker_id(void) { return -1; }
 void sched_yield_now(void) {}
-void sched_net_waiter_begin(void) { FAIL("sched_net_waiter_begin called: the harness never waits"); }
+bool sched_net_waiter_begin(void)
+{
+    FAIL("sched_net_waiter_begin called: the harness never waits");
+    return false;
+}
 void sched_net_waiter_end(void) {}
+bool sched_wait_pthread_for(sched_sync *s, uint64_t ns, bool spin)
+{
+    (void)s;
+    (void)ns;
+    (void)spin;
+    FAIL("sched_wait_pthread_for called: the harness never waits");
+    return false;
+}
 
 /* --- registrations -------------------------------------------------------------- */
 

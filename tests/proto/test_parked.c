@@ -2,12 +2,16 @@
  * Pthreads that wait past the few that poll (proto_wait_pending), 2 ranks
  * with inline progress (MPIV_SERVER=inline, MPIV_WORKERS=1): no server
  * thread polls, so pthreads waiting in receives poll themselves, at most
- * UTIL_IDLE_SHARED_NAPPERS at once; the rest park, asleep on their
+ * PROTO_PTHREAD_POLLERS at once; the rest park, asleep on their
  * request, and worker 0 polls for them (sched_net_waiter_begin, N1 in
  * sched.c).
  *   - the pollers are served first and leave, so that no pthread polls
  *     any more: every parked one is still completed (worker 0 polls), and
  *     each gets its own message;
+ *   - the same while worker 0 runs a ULT that computes without yielding
+ *     until the parked pthreads are done: they must reach a poll by
+ *     themselves (their sleep is timed), not wait for the ULT to give up
+ *     (after 20 s, which the test counts as a failure);
  *   - many pthreads wait at once, more than the pollers by far, each for
  *     a message of its own, while the sender sends in bursts: all arrive.
  * A broken N1 shows as a hang, which mpiv_run's --timeout turns into a
@@ -73,23 +77,68 @@ static bool stats_reach(bool (*pred)(const struct proto_stats *, uint64_t), uint
 static bool pollers_are(const struct proto_stats *st, uint64_t n) { return st->pthread_pollers == n; }
 static bool parks_reach(const struct proto_stats *st, uint64_t n) { return st->pthread_parks >= n; }
 
-START_TEST(parked_are_served_after_the_pollers_leave)
+/* Worker 0 busy: a ULT that computes (spins, never yields) until the
+ * parked pthreads are done, or SPIN_LIMIT_S passed. */
+#define SPIN_LIMIT_S 20
+static atomic_int left;      /* parked pthreads whose message has not come */
+static atomic_int spinning;  /* the ULT runs */
+static atomic_int timed_out; /* it gave up: nobody served the parked ones */
+
+static double now_s(void)
 {
-    const int pollers = UTIL_IDLE_SHARED_NAPPERS, parked = 28, n = pollers + parked;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *compute(void *arg)
+{
+    (void)arg;
+    double end = now_s() + SPIN_LIMIT_S;
+    atomic_store(&spinning, 1);
+    while (atomic_load(&left) > 0)
+        if (now_s() > end) {
+            atomic_store(&timed_out, 1);
+            break;
+        }
+    return NULL;
+}
+
+static void *wait_counted(void *arg)
+{
+    wait_one(arg);
+    atomic_fetch_sub(&left, 1);
+    return NULL;
+}
+
+/* The pollers are served first and leave; then the parked ones' messages
+ * come while nobody but worker 0 could poll for them. With busy, worker 0
+ * computes meanwhile, so the parked ones must find their way to a poll
+ * themselves (park_until_done's timed sleep). */
+static void pollers_leave(bool busy)
+{
+    const int pollers = PROTO_PTHREAD_POLLERS, parked = 28, n = pollers + parked;
     struct waiter *w = calloc((size_t)n, sizeof *w);
     ck_assert_ptr_nonnull(w);
     uint64_t parks0 = stats().pthread_parks;
+    /* what went wrong, asserted only after the last barrier: a rank that
+     * left early would take the next test's barriers for this one's */
+    const char *bad = NULL;
+    mpiv_ult_t u;
     if (me == 1) {
+        atomic_store(&left, parked);
+        atomic_store(&timed_out, 0);
+        atomic_store(&spinning, 0);
         /* the first few take every poller's place, the rest park */
         for (int i = 0; i < n; i++) {
             w[i].tag = 100 + i;
-            ck_assert_int_eq(pthread_create(&w[i].t, NULL, wait_one, &w[i]), 0);
-            if (i == pollers - 1)
-                ck_assert_msg(stats_reach(pollers_are, (uint64_t)pollers),
-                              "%d pthreads waiting, not all polling", pollers);
+            ck_assert_int_eq(pthread_create(&w[i].t, NULL, i < pollers ? wait_one : wait_counted, &w[i]),
+                             0);
+            if (i == pollers - 1 && !stats_reach(pollers_are, (uint64_t)pollers))
+                bad = "the first pthreads to wait did not all poll";
         }
-        ck_assert_msg(stats_reach(parks_reach, parks0 + (uint64_t)parked),
-                      "%d pthreads past the pollers did not park", parked);
+        if (!stats_reach(parks_reach, parks0 + (uint64_t)parked))
+            bad = "the pthreads past the pollers did not park";
     }
     OK(mpiv_barrier());
     /* the pollers' messages: they complete and leave */
@@ -101,26 +150,42 @@ START_TEST(parked_are_served_after_the_pollers_leave)
     if (me == 1) {
         for (int i = 0; i < pollers; i++)
             ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
-        ck_assert_msg(stats_reach(pollers_are, 0), "a pthread still polls");
+        if (!stats_reach(pollers_are, 0))
+            bad = "a pthread still polls";
+        if (busy) {
+            OK(mpiv_ult_spawn(compute, NULL, 0, &u));
+            while (!atomic_load(&spinning))
+                nap_ms(1);
+        }
     }
     OK(mpiv_barrier());
-    /* now only worker 0 polls rank 1's network (main is in pthread_join) */
+    /* now rank 1's main is in pthread_join, and only worker 0 (or, when
+     * it computes, the parked pthreads themselves) may poll */
     if (me == 0)
         for (int i = pollers; i < n; i++) {
             uint64_t v = value_of(100 + i);
             OK(mpiv_send(&v, sizeof v, 1, 100 + i));
         }
-    if (me == 1)
+    if (me == 1) {
         for (int i = pollers; i < n; i++)
             ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
-    if (me == 1)
-        for (int i = 0; i < n; i++) {
-            ck_assert_int_eq(w[i].rc, MPIV_SUCCESS);
-            ck_assert_msg(w[i].val == value_of(w[i].tag), "pthread %d got another message", i);
-        }
+        if (busy)
+            OK(mpiv_ult_join(u, NULL));
+        if (atomic_load(&timed_out))
+            bad = "the parked pthreads waited for worker 0 to stop computing";
+        for (int i = 0; i < n && !bad; i++)
+            if (w[i].rc != MPIV_SUCCESS || w[i].val != value_of(w[i].tag))
+                bad = "a pthread failed or got another message";
+    }
     free(w);
     OK(mpiv_barrier());
+    ck_assert_msg(!bad, "%s", bad ? bad : "");
 }
+
+START_TEST(parked_are_served_after_the_pollers_leave) { pollers_leave(false); }
+END_TEST
+
+START_TEST(parked_are_served_while_worker0_computes) { pollers_leave(true); }
 END_TEST
 
 START_TEST(many_waiters_in_bursts)
@@ -144,16 +209,20 @@ START_TEST(many_waiters_in_bursts)
             if (i % burst == burst - 1)
                 nap_ms(2);
         }
+    int bad = -1;
+    bool parks = true;
     if (me == 1) {
         for (int i = 0; i < n; i++) {
             ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
-            ck_assert_int_eq(w[i].rc, MPIV_SUCCESS);
-            ck_assert_msg(w[i].val == value_of(w[i].tag), "pthread %d got another message", i);
+            if (bad < 0 && (w[i].rc != MPIV_SUCCESS || w[i].val != value_of(w[i].tag)))
+                bad = i;
         }
-        ck_assert_msg(stats().pthread_parks > parks0, "no waiting pthread parked");
+        parks = stats().pthread_parks > parks0;
     }
     free(w);
-    OK(mpiv_barrier());
+    OK(mpiv_barrier()); /* both ranks pass it before either may fail */
+    ck_assert_msg(bad < 0, "pthread %d failed or got another message", bad);
+    ck_assert_msg(parks, "no waiting pthread parked");
 }
 END_TEST
 
@@ -171,6 +240,7 @@ static Suite *parked_suite(void)
     TCase *tc = tcase_create("parked");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, parked_are_served_after_the_pollers_leave);
+    tcase_add_test(tc, parked_are_served_while_worker0_computes);
     tcase_add_test(tc, many_waiters_in_bursts);
     suite_add_tcase(s, tc);
     return s;
