@@ -222,6 +222,9 @@
  * (16 lines) less the header and the stamp's copy. */
 #define SHM_SHORT_MAX (SHM_AHEAD_MAX_REC - REC_HDR - REC_TRAILER)
 
+/* Copies into a record shorter than this go in 16-byte pieces
+ * (copy_pieces), longer ones by memcpy or a string copy. */
+#define SHM_PIECES_MAX ((size_t)768)
 /* Bytes a sender copies into a record with one `rep movsb` instead of
  * memcpy, from this many on (rec_copy). Why: a string copy claims each
  * whole destination line without fetching its old contents, and a ring's
@@ -918,6 +921,26 @@ static inline void string_copy(unsigned char *dst, const void *src, size_t n)
 
 /* Copies n bytes into a record of the ring `o` is the sender's state of
  * (its lock held): a long one in the way o->copy chose (shm_copy.h). */
+/* Copies n bytes in 16-byte pieces, the last one ending at n (it may
+ * overlap the one before it; under 16 bytes, memcpy). For a record's
+ * bytes past its first line, under SHM_PIECES_MAX: glibc's memcpy made
+ * ping-pongs of 144-224 B and 288 B messages about a line transfer slower
+ * than their neighbours of the same line count (docs/perf/pt2pt.md,
+ * "Record tails copied in 16-byte pieces"); why its stores cost that was
+ * not found. */
+static __attribute__((noinline)) void copy_pieces(unsigned char *dst, const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    if (n < 16) {
+        memcpy(dst, s, n);
+        return;
+    }
+    size_t i = 0;
+    for (; i + 16 < n; i += 16)
+        memcpy(dst + i, s + i, 16);
+    memcpy(dst + n - 16, s + n - 16, 16);
+}
+
 static inline void rec_copy(struct shm_out *o, unsigned char *dst, const void *src, size_t n)
 {
 #ifdef SHM_STRING_COPY
@@ -937,6 +960,10 @@ static inline void rec_copy(struct shm_out *o, unsigned char *dst, const void *s
     }
 #endif
     (void)o;
+    if (n < SHM_PIECES_MAX) {
+        copy_pieces(dst, src, n);
+        return;
+    }
     memcpy(dst, src, n);
 }
 
@@ -961,6 +988,9 @@ static inline void put_span(struct shm_out *o, unsigned char *data, const void *
  * again at its end would be fetched back from the receiver's core a
  * second time, on the way to the next record's stores (docs/perf/pt2pt.md
  * has the measurements). */
+static inline void first_line(struct shm_rec *r, const void *hdr, size_t hlen,
+                              const void *payload, size_t n);
+
 static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void *a, size_t alen,
                         const void *b, size_t blen)
 {
@@ -972,7 +1002,7 @@ static void rec_put_msg(const struct rec_spot *at, struct shm_rec *r, const void
         put_span(at->o, r->data, a, alen, b, first, total);
     r->kind = REC_MSG;
     r->len = (uint32_t)total;
-    put_span(at->o, r->data, a, alen, b, 0, first);
+    first_line(r, a, alen, b, first);
     rec_publish(at, r, (uint32_t)(bytes / 64));
 }
 

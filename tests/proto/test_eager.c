@@ -7,6 +7,7 @@
  *
  *  - every size around the packet's eager limit and the shm eager limit,
  *    receive posted first and message first, data and status checked;
+ *    and every size from 0 to 1,100 bytes;
  *  - truncation on that path: nothing written past the buffer, both sides
  *    told;
  *  - many small messages of varied sizes and tags, several rings' worth,
@@ -146,6 +147,24 @@ START_TEST(sizes_across_limits)
     for (int order = 0; order < 2; order++) /* 0: receive first, 1: message first */
         for (size_t k = 0; k < n; k++, seed++)
             transfer(buf, sizes[k], seed, order);
+    free(buf);
+    OK(mpiv_barrier());
+}
+END_TEST
+
+/* Every size from 0 to a little over a KiB, in both orders: the copies
+ * into a record past its first line change method with the size (16-byte
+ * pieces and a tail that overlaps them under SHM_PIECES_MAX, memcpy above,
+ * a string copy past SHM_MOVSB_MIN), so each size is checked byte for
+ * byte, with nothing written past the buffer. */
+START_TEST(every_size_to_a_kib)
+{
+    trace("start every_size_to_a_kib");
+    const size_t top = 1100;
+    unsigned char *buf = malloc(top + 1);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t size = 0; size <= top; size++)
+        transfer(buf, size, (unsigned)size + 7, (int)(size & 1));
     free(buf);
     OK(mpiv_barrier());
 }
@@ -1269,6 +1288,7 @@ static Suite *eager_suite(void)
     TCase *tc = tcase_create("eager");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, sizes_across_limits);
+    tcase_add_test(tc, every_size_to_a_kib);
     tcase_add_test(tc, truncation_direct);
     tcase_add_test(tc, small_flood_wraps);
     tcase_add_test(tc, tiny_flood_needs_no_credit);
