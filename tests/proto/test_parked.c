@@ -5,17 +5,18 @@
  * PROTO_PTHREAD_POLLERS at once; the rest park, asleep on their
  * request, and worker 0 polls for them (sched_net_waiter_begin, N1 in
  * sched.c).
- *   - the pollers are served first and leave, so that no pthread polls
- *     any more: every parked one is still completed (worker 0 polls), and
- *     each gets its own message;
+ *   - the pollers are served first and leave: every parked one is still
+ *     completed (worker 0 polls for them, and a parked pthread whose
+ *     timed sleep ends may take a free poller's place), and each gets
+ *     its own message;
  *   - the same while worker 0 runs a ULT that computes without yielding
  *     until the parked pthreads are done: they must reach a poll by
  *     themselves (their sleep is timed), not wait for the ULT to give up
  *     (after 20 s, which the test counts as a failure);
  *   - many pthreads wait at once, more than the pollers by far, each for
  *     a message of its own, while the sender sends in bursts: all arrive.
- * A broken N1 shows as a hang, which mpiv_run's --timeout turns into a
- * failure.
+ * (N1 alone is not isolated here: a parked pthread's timed sleep serves
+ * it too, so a broken N1 costs time, not completion.)
  */
 #include <check.h>
 #include <pthread.h>
@@ -150,8 +151,9 @@ static void pollers_leave(bool busy)
     if (me == 1) {
         for (int i = 0; i < pollers; i++)
             ck_assert_int_eq(pthread_join(w[i].t, NULL), 0);
-        if (!stats_reach(pollers_are, 0))
-            bad = "a pthread still polls";
+        /* The pollers are gone. A parked pthread may now take a free
+         * poller's place when its timed sleep ends (park_until_done), so
+         * what serves the rest is worker 0 or that; either must. */
         if (busy) {
             OK(mpiv_ult_spawn(compute, NULL, 0, &u));
             while (!atomic_load(&spinning))
@@ -159,8 +161,8 @@ static void pollers_leave(bool busy)
         }
     }
     OK(mpiv_barrier());
-    /* now rank 1's main is in pthread_join, and only worker 0 (or, when
-     * it computes, the parked pthreads themselves) may poll */
+    /* now rank 1's main is in pthread_join, and only worker 0 or the
+     * parked pthreads themselves may poll (with busy, only they) */
     if (me == 0)
         for (int i = pollers; i < n; i++) {
             uint64_t v = value_of(100 + i);
