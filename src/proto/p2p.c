@@ -385,6 +385,15 @@ static bool pthread_poller_enter(void)
     return false;
 }
 
+/* A pthread in a poller's place (pthread_poller_enter said yes): polls
+ * until r is done, leaves the place, and takes r's signal. */
+static void poll_as_poller(struct mpiv_request *r)
+{
+    poll_while_waiting(r, false);
+    atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
+    sched_wait(&r->sync);
+}
+
 /* How long a parked pthread sleeps before it looks for itself: while
  * worker 0 runs a ULT that does not yield (a long computation, a spin on
  * a flag that pthreads set) nobody but the pollers polls, and they may
@@ -414,29 +423,25 @@ static uint64_t park_ns(int parked)
  * So r completes even while worker 0 cannot poll. */
 static void park_until_done(struct mpiv_request *r)
 {
+    if (!sched_net_waiter_begin()) { /* no scheduler to poll for us */
+        poll_while_waiting(r, false);
+        sched_wait(&r->sync);
+        return;
+    }
     atomic_fetch_add_explicit(&n_pthread_parks, 1, memory_order_relaxed); /* a statistic */
     /* relaxed: counts that only size the sleeps */
     int parked = atomic_fetch_add_explicit(&pthreads_parked, 1, memory_order_relaxed) + 1;
-    bool served = sched_net_waiter_begin();
     for (;;) {
-        if (served && sched_wait_pthread_for(&r->sync, park_ns(parked),
-                                             parked <= PROTO_PARK_YIELD_MAX))
+        if (sched_wait_pthread_for(&r->sync, park_ns(parked), parked <= PROTO_PARK_YIELD_MAX))
             break; /* signalled, and consumed */
-        if (!served && (srv_progress(), sched_sync_signalled(&r->sync))) {
-            sched_wait(&r->sync); /* consumes it */
-            break;
-        }
         if (pthread_poller_enter()) {
-            poll_while_waiting(r, false);
-            atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
-            sched_wait(&r->sync);
+            poll_as_poller(r);
             break;
         }
         srv_progress();
         parked = atomic_load_explicit(&pthreads_parked, memory_order_relaxed);
     }
-    if (served)
-        sched_net_waiter_end();
+    sched_net_waiter_end();
     atomic_fetch_sub_explicit(&pthreads_parked, 1, memory_order_relaxed);
 }
 
@@ -452,16 +457,15 @@ void proto_wait_pending(struct mpiv_request *r)
      * owner's plain signal would not see: it revokes the bias first. */
     util_bias_claim();
     bool ult = sched_in_ult(), inl = srv_inline();
-    if (ult || !inl) {
-        if (!ult || inl)
-            poll_while_waiting(r, ult);
-    } else if (pthread_poller_enter()) {
-        poll_while_waiting(r, false);
-        atomic_fetch_sub_explicit(&pthread_pollers, 1, memory_order_relaxed);
-    } else {
-        park_until_done(r);
+    if (!ult && inl) {
+        if (pthread_poller_enter())
+            poll_as_poller(r);
+        else
+            park_until_done(r);
         return;
     }
+    if (!ult || inl)
+        poll_while_waiting(r, ult);
     sched_wait(&r->sync);
 }
 

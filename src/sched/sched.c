@@ -587,27 +587,12 @@ void sched_net_waiter_end(void)
 bool sched_wait_pthread_for(sched_sync *s, uint64_t ns, bool spin)
 {
     uint64_t end = util_now_ns() + ns;
-    if (sched_wait_consumed(s))
-        return true;
     struct sched_pwaiter p;
-    atomic_init(&p.flag, 0);
-    uintptr_t me = (uintptr_t)&p | SYNC_PTHREAD, old = 0;
-    /* as in sched_wait_pthread: release publishes p to the signaller,
-     * acquire on failure (state is 1) takes the signal's writes */
-    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, me, memory_order_acq_rel,
-                                                 memory_order_acquire)) {
-        /* relaxed: only a signal could race, and it sees 1 and returns */
-        atomic_store_explicit(&s->state, 0, memory_order_relaxed);
-        return true;
-    }
     /* a short wait is caught without the kernel, as sched_wait's */
-    if (spin && sched_pwaiter_spin(&p))
+    if (!sched_pwaiter_register(s, &p) || (spin && sched_pwaiter_spin(&p)) ||
+        !sched_pwaiter_arm(&p))
         return true;
-    int expect = 0;
-    /* acquire: as sched_wait_pthread's (a failure means the flag is 1) */
-    if (!atomic_compare_exchange_strong_explicit(&p.flag, &expect, 2, memory_order_acquire,
-                                                 memory_order_acquire))
-        return true;
+    uintptr_t me = (uintptr_t)&p | SYNC_PTHREAD;
     for (;;) {
         /* acquire: pairs with the signaller's release exchange */
         if (atomic_load_explicit(&p.flag, memory_order_acquire) != 2)
@@ -620,7 +605,8 @@ bool sched_wait_pthread_for(sched_sync *s, uint64_t ns, bool spin)
     }
     /* Time is up. Take p back from s, unless a signaller took it first
      * (its CAS set state to 0): it then writes the flag, and p must live
-     * until it has. acq_rel: pairs with the registration above. */
+     * until it has. acq_rel: pairs with the registration
+     * (sched_pwaiter_register). */
     if (atomic_compare_exchange_strong_explicit(&s->state, &me, 0, memory_order_acq_rel,
                                                 memory_order_acquire))
         return false;

@@ -510,30 +510,43 @@ static inline bool sched_pwaiter_spin(struct sched_pwaiter *p)
     return false;
 }
 
-static inline void sched_wait_pthread(sched_sync *s)
+/* Registers p (flag 0) as s's waiter: false if s was signalled already,
+ * and then consumes the signal (a pthread waiter's first step, in
+ * sched_wait_pthread and sched_wait_pthread_for). */
+static inline bool sched_pwaiter_register(sched_sync *s, struct sched_pwaiter *p)
 {
     if (sched_wait_consumed(s))
-        return;
-    struct sched_pwaiter p;
-    atomic_init(&p.flag, 0);
+        return false;
+    atomic_init(&p->flag, 0);
     uintptr_t old = 0;
     /* acq_rel on success: release publishes p to the signaller; on failure
      * (state is 1) acquire pairs with the signaller's release. */
-    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, (uintptr_t)&p | SYNC_PTHREAD,
+    if (!atomic_compare_exchange_strong_explicit(&s->state, &old, (uintptr_t)p | SYNC_PTHREAD,
                                                  memory_order_acq_rel, memory_order_acquire)) {
         /* relaxed: only a signal could race, and it sees 1 and returns */
         atomic_store_explicit(&s->state, 0, memory_order_relaxed);
-        return;
+        return false;
     }
-    if (sched_pwaiter_spin(&p))
-        return;
+    return true;
+}
+
+/* Tells the signaller of a registered p that its waiter is about to sleep
+ * in the kernel (flag 2: wake it): false if the signal came first. */
+static inline bool sched_pwaiter_arm(struct sched_pwaiter *p)
+{
     int expect = 0;
     /* acquire (failure: the flag is 1, the signal's writes are ours;
      * success: a no-op, C11 forbids a weaker success order) */
-    if (!atomic_compare_exchange_strong_explicit(&p.flag, &expect, 2, memory_order_acquire,
-                                                 memory_order_acquire))
+    return atomic_compare_exchange_strong_explicit(&p->flag, &expect, 2, memory_order_acquire,
+                                                   memory_order_acquire);
+}
+
+static inline void sched_wait_pthread(sched_sync *s)
+{
+    struct sched_pwaiter p;
+    if (!sched_pwaiter_register(s, &p) || sched_pwaiter_spin(&p) || !sched_pwaiter_arm(&p))
         return;
-    /* acquire: as above, once the signaller's exchange wrote 1 */
+    /* acquire: pairs with the signaller's release exchange, once it wrote 1 */
     while (atomic_load_explicit(&p.flag, memory_order_acquire) == 2)
         sched_futex(&p.flag, FUTEX_WAIT, 2);
 }

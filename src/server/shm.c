@@ -919,8 +919,6 @@ static inline void string_copy(unsigned char *dst, const void *src, size_t n)
 }
 #endif
 
-/* Copies n bytes into a record of the ring `o` is the sender's state of
- * (its lock held): a long one in the way o->copy chose (shm_copy.h). */
 /* Copies n bytes in 16-byte pieces, the last one ending at n (it may
  * overlap the one before it; under 16 bytes, memcpy). For a record's
  * bytes past its first line, under SHM_PIECES_MAX: glibc's memcpy made
@@ -941,6 +939,8 @@ static __attribute__((noinline)) void copy_pieces(unsigned char *dst, const void
     memcpy(dst + n - 16, s + n - 16, 16);
 }
 
+/* Copies n bytes into a record of the ring `o` is the sender's state of
+ * (its lock held): a long one in the way o->copy chose (shm_copy.h). */
 static inline void rec_copy(struct shm_out *o, unsigned char *dst, const void *src, size_t n)
 {
 #ifdef SHM_STRING_COPY
